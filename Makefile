@@ -1,0 +1,33 @@
+# Two entry points, both doing all set-up on a fresh machine (see README.md):
+#   make demo   builds the sample release and runs the pipeline on it
+#   make test   runs the test suite (what .ci/run calls)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+UV := $(VENV)/bin/uv
+# torch: the CPU build. This machine kind carries the wheel in /opt/wheels; elsewhere it comes from
+# the PyTorch CPU index (a plain `torch` would pull a multi-GB CUDA build).
+TORCH_SOURCE := $(if $(wildcard /opt/wheels/torch-*),--find-links /opt/wheels,--extra-index-url https://download.pytorch.org/whl/cpu --index-strategy unsafe-best-match)
+
+.PHONY: setup demo test lint
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.lock pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check uv
+	$(UV) pip install -q --python $(PY) $(TORCH_SOURCE) -r requirements.lock
+	$(UV) pip install -q --python $(PY) --no-deps -e .
+	touch $@
+
+demo: setup
+	$(VENV)/bin/vlmforge sample-release sample-release --overwrite
+	$(VENV)/bin/vlmforge run sample-release --out out/demo --max-reject-rate 0.9
+	$(VENV)/bin/vlmforge query out/demo "SELECT subset, status, count(*) AS samples, sum(total_tokens) AS tokens FROM samples GROUP BY ALL ORDER BY ALL"
+
+test: setup
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	bash .ci/typecheck

@@ -1,0 +1,204 @@
+"""The ``vlmforge`` command line: thin wrappers over the flows and tasks.
+
+Only the project's own errors (``VlmforgeError``) become one-line messages; anything else is a bug and keeps
+its traceback (set ``VLMFORGE_DEBUG=1`` to see tracebacks for our errors too).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from vlmforge.flows.runtime import apply_quiet_env
+from vlmforge.tasks.errors import VlmforgeError
+
+apply_quiet_env()
+
+app = typer.Typer(
+    name="vlmforge",
+    help="Turn vision-language training releases into verified, token-counted Megatron-Energon shards.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+console = Console()
+err = Console(stderr=True)
+
+RUN_EXAMPLES = """
+Examples:
+
+  vlmforge run ./Nemotron-Image-Training-v3 --out ./out --subset docvqa --subset chartqa_1
+
+  vlmforge run ./release --out ./out --max-pixels 1003520 --max-num-images 10 --seq-len 16384
+"""
+
+
+@app.command(epilog=RUN_EXAMPLES)
+def run(
+    release: Annotated[str, typer.Argument(help="release folder or fsspec URL (one folder per subset)")],
+    out: Annotated[str, typer.Option("--out", "-o", help="output folder")],
+    subset: Annotated[
+        list[str] | None, typer.Option("--subset", help="only this subset (repeatable)")
+    ] = None,
+    media_root: Annotated[
+        list[str] | None, typer.Option("--media-root", help="folder searched first for media (repeatable)")
+    ] = None,
+    model: Annotated[str, typer.Option(help="model preset for token counts and resize")] = "qwen2_5_vl",
+    tokenizer: Annotated[str | None, typer.Option(help="tokenizer.json or model folder")] = None,
+    max_pixels: Annotated[int | None, typer.Option(help="resize images above this many pixels")] = None,
+    min_pixels: Annotated[int | None, typer.Option(help="model min pixels (default: preset)")] = None,
+    max_num_images: Annotated[int | None, typer.Option(help="drop samples with more images")] = None,
+    max_num_frames: Annotated[int | None, typer.Option(help="cap sampled frames per video")] = None,
+    frames_mode: Annotated[str, typer.Option(help="uniform | truncate (over --max-num-frames)")] = "uniform",
+    max_visual_tokens: Annotated[
+        int | None, typer.Option(help="drop samples with more visual tokens")
+    ] = None,
+    seq_len: Annotated[int | None, typer.Option(help="drop samples longer than this")] = None,
+    image_format: Annotated[str, typer.Option(help="keep | jpeg | webp | png")] = "keep",
+    val_fraction: Annotated[float, typer.Option(help="share of samples in the val split")] = 0.0,
+    max_reject_rate: Annotated[float, typer.Option(help="gate: highest reject rate a subset may have")] = 0.5,
+    skip_gate: Annotated[bool, typer.Option(help="publish without the quality gate (debugging)")] = False,
+    batch_lines: Annotated[int, typer.Option(help="JSONL lines per batch (the unit of work)")] = 2000,
+    ray_address: Annotated[str | None, typer.Option(help="existing Ray cluster (default: local)")] = None,
+    num_cpus: Annotated[int | None, typer.Option(help="CPUs for the local Ray")] = None,
+) -> None:
+    """Catalog, parse, verify media, count tokens, gate and write Energon shards."""
+    from vlmforge.schemas.config import RunConfig
+
+    try:
+        cfg = RunConfig(
+            release=release,
+            out=out,
+            subsets=tuple(subset or ()),
+            media_roots=tuple(media_root or ()),
+            model=model,
+            tokenizer=tokenizer,
+            max_pixels=max_pixels,
+            min_pixels=min_pixels,
+            max_num_images=max_num_images,
+            max_num_frames=max_num_frames,
+            frames_mode=frames_mode,  # type: ignore[arg-type]
+            max_visual_tokens=max_visual_tokens,
+            seq_len=seq_len,
+            image_format=image_format,  # type: ignore[arg-type]
+            val_fraction=val_fraction,
+            max_reject_rate=max_reject_rate,
+            skip_gate=skip_gate,
+            batch_lines=batch_lines,
+            ray_address=ray_address,
+            num_cpus=num_cpus,
+        )
+    except Exception as exc:  # pydantic ValidationError: say which option and why
+        raise typer.BadParameter(str(exc)) from None
+    from vlmforge.flows.pipeline import run_release
+    from vlmforge.flows.runtime import embedded_runtime
+    from vlmforge.schemas.presets import load_preset
+
+    load_preset(cfg.model)  # an unknown model fails before any service starts
+    with embedded_runtime(cfg.ray_address, cfg.num_cpus):
+        summary = run_release(cfg)
+    print_summary(summary)
+    if summary.failed:
+        err.print(f"[red]not published:[/red] {', '.join(summary.failed)} (see the gate column above)")
+        raise typer.Exit(1)
+
+
+def print_summary(summary: object) -> None:
+    from vlmforge.flows.pipeline import RunSummary
+
+    assert isinstance(summary, RunSummary)
+    t = Table(title=f"vlmforge run {summary.run_id} ({summary.seconds:.1f} s) -> {summary.out}")
+    for col in (
+        "subset",
+        "license",
+        "rows",
+        "ok",
+        "rejected",
+        "dropped",
+        "images",
+        "videos",
+        "tokens",
+        "gate",
+    ):
+        t.add_column(
+            col,
+            justify="right"
+            if col in ("rows", "ok", "rejected", "dropped", "images", "videos", "tokens")
+            else "left",
+            overflow="fold",
+        )
+    for s in summary.subsets:
+        st = s.stats
+        gate = ("[green]" if s.published else "[red]") + (s.error or s.gate)[:200]
+        t.add_row(
+            s.subset,
+            s.license,
+            str(st.lines),
+            str(st.ok),
+            str(st.rejected),
+            str(st.dropped),
+            str(st.images),
+            str(st.videos),
+            f"{st.text_tokens + st.visual_tokens:,}",
+            gate,
+        )
+    console.print(t)
+
+
+@app.command()
+def query(
+    out: Annotated[str, typer.Argument(help="output folder of a run")],
+    sql: Annotated[str, typer.Argument(help="SQL over the views samples, media, subsets, shards")],
+    fmt: Annotated[str, typer.Option("--format", help="table | csv | json")] = "table",
+) -> None:
+    """Run DuckDB SQL over a run's manifests."""
+    from vlmforge.tasks.query import run_query
+
+    table = run_query(out, sql)
+    if fmt == "json":
+        import json
+
+        console.print_json(json.dumps(table.to_pylist(), default=str))
+    elif fmt == "csv":
+        import pyarrow.csv as pacsv
+
+        pacsv.write_csv(table, sys.stdout.buffer)
+    else:
+        t = Table()
+        for name in table.column_names:
+            t.add_column(name, overflow="fold")
+        for row in table.to_pylist():
+            t.add_row(*("" if v is None else str(v) for v in row.values()))
+        console.print(t)
+
+
+@app.command("sample-release")
+def sample_release(
+    dest: Annotated[Path, typer.Argument(help="folder to create")],
+    overwrite: Annotated[bool, typer.Option(help="replace dest if it exists")] = False,
+) -> None:
+    """Build the small sample release (real photos and a real video from scikit-image, plus bad input)."""
+    from vlmforge.sample_release import build_sample_release
+
+    rel = build_sample_release(dest, overwrite=overwrite)
+    console.print(f"sample release: {rel.root} ({len(rel.subsets)} subsets, {rel.total_lines} lines)")
+
+
+def main() -> None:
+    try:
+        app()
+    except VlmforgeError as exc:
+        if os.environ.get("VLMFORGE_DEBUG"):
+            raise
+        err.print(f"[red]error:[/red] {exc}\n(set VLMFORGE_DEBUG=1 for the traceback)")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,373 @@
+"""The per-batch unit of work: parse a range of JSONL lines, verify and normalise their media, count tokens,
+apply the knobs, and commit the batch's manifest parts.
+
+A batch is the unit Prefect and Ray see. Its ``samples`` part is written last and carries the batch
+fingerprint, so it doubles as the completion marker: a rerun skips batches whose part is current.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
+from typing import Any
+
+from vlmforge.schemas.config import RunConfig
+from vlmforge.schemas.manifests import MEDIA, SAMPLES, empty_row
+from vlmforge.schemas.presets import ModelPreset, load_preset
+from vlmforge.schemas.records import MediaRef, Record, SubsetEntry
+from vlmforge.tasks.manifests import (
+    FINGERPRINT_KEY,
+    STATS_KEY,
+    OutputLayout,
+    part_metadata,
+    write_part,
+    write_records_part,
+)
+from vlmforge.tasks.media import probe_video, process_image
+from vlmforge.tasks.parse import parse_chunk
+from vlmforge.tasks.resolve import MediaResolver, MissingMedia
+from vlmforge.tasks.shards import sanitize_key, split_for_key
+from vlmforge.tasks.storage import ContentStore, sha256_bytes, url_to_fs
+from vlmforge.tasks.tokens import (
+    AspectRatioError,
+    TextTokenizer,
+    VideoSpec,
+    count_sample_tokens,
+    sample_video_frames,
+    smart_resize,
+)
+
+VIDEO_EXTS = {"mp4", "mov", "webm", "mkv", "avi"}
+
+
+@dataclass
+class BatchStats:
+    """Counts of one batch; ``+`` merges them (datatrove-style) into subset and run totals."""
+
+    lines: int = 0
+    ok: int = 0
+    rejected: int = 0
+    dropped: int = 0
+    images: int = 0
+    videos: int = 0
+    media_rejected: int = 0
+    text_tokens: int = 0
+    visual_tokens: int = 0
+    out_bytes: int = 0
+    seconds: float = 0.0
+    batches: int = 0
+    skipped_batches: int = 0
+
+    def __add__(self, other: BatchStats) -> BatchStats:
+        return BatchStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BatchStats:
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+
+
+@lru_cache(maxsize=4)
+def get_tokenizer(path: str | None) -> TextTokenizer:
+    return TextTokenizer.from_path(path) if path else TextTokenizer.builtin_qwen2()
+
+
+def preset_for(cfg: RunConfig) -> ModelPreset:
+    return load_preset(cfg.model)
+
+
+def batch_fingerprint(entry: SubsetEntry, index: int, cfg: RunConfig) -> str:
+    start, end = entry.batch_offsets[index], entry.batch_offsets[index + 1]
+    payload = f"{entry.jsonl_sha256}:{start}:{end}:{cfg.batch_lines}:{cfg.media_fingerprint()}"
+    return hashlib.sha256(payload.encode()).hexdigest()[:24]
+
+
+def batch_is_current(
+    layout: OutputLayout, entry: SubsetEntry, index: int, cfg: RunConfig
+) -> BatchStats | None:
+    """The committed stats of the batch when its samples part matches the current fingerprint."""
+    meta = part_metadata(layout, layout.part("samples", entry.subset, index))
+    if not meta or meta.get(FINGERPRINT_KEY) != batch_fingerprint(entry, index, cfg).encode():
+        return None
+    stats = BatchStats.from_dict(json.loads(meta.get(STATS_KEY, b"{}")))
+    stats.skipped_batches = 1
+    return stats
+
+
+@dataclass
+class _MediaOutcome:
+    row: dict[str, Any]
+    ok: bool
+    sample_reason: str | None
+    out_hw: tuple[int, int] | None = None
+    video: VideoSpec | None = None
+
+
+class _MediaStage:
+    """Resolves, verifies, normalises and stores the media of one batch (results cached per reference)."""
+
+    def __init__(self, entry: SubsetEntry, cfg: RunConfig, preset: ModelPreset, store: ContentStore) -> None:
+        self.cfg, self.preset, self.store = cfg, preset, store
+        self.resolver = MediaResolver(entry.path, entry.media_tars, cfg.media_roots)
+        self.max_pixels = cfg.max_pixels or preset.max_pixels
+        self.min_pixels = cfg.min_pixels or preset.min_pixels
+        self._cache: dict[tuple[str, str], _MediaOutcome] = {}
+
+    def target_size(self, height: int, width: int) -> tuple[int, int]:
+        try:
+            return smart_resize(height, width, self.preset.factor, self.min_pixels, self.max_pixels)
+        except AspectRatioError as exc:
+            raise ValueError(str(exc)) from exc
+
+    def choose_frames(self, n_frames: int, fps: float) -> list[int]:
+        return sample_video_frames(
+            self.preset, n_frames, fps, max_num_frames=self.cfg.max_num_frames, mode=self.cfg.frames_mode
+        )
+
+    def process(self, ref: MediaRef) -> _MediaOutcome:
+        cached = self._cache.get((ref.kind, ref.ref))
+        if cached is None:
+            cached = self._process(ref)
+            self._cache[(ref.kind, ref.ref)] = cached
+        return cached
+
+    def _process(self, ref: MediaRef) -> _MediaOutcome:
+        row = empty_row(MEDIA) | {"ref": ref.ref, "kind": ref.kind}
+        try:
+            resolved = self.resolver.resolve(ref.ref)
+        except MissingMedia as exc:
+            row |= {"status": "rejected", "reason": f"missing_media: {exc}"}
+            return _MediaOutcome(row, False, f"missing_media: {ref.ref}")
+        data = resolved.data
+        row |= {"source": resolved.source, "sha256": sha256_bytes(data), "bytes": len(data)}
+        if ref.kind == "image":
+            return self._image(row, ref, data)
+        return self._video(row, ref, data)
+
+    def _image(self, row: dict[str, Any], ref: MediaRef, data: bytes) -> _MediaOutcome:
+        res = process_image(
+            data,
+            target_size=self.target_size,
+            max_pixels=self.max_pixels,
+            max_image_pixels=self.cfg.max_image_pixels,
+            image_format=self.cfg.image_format,
+        )
+        row |= {"format": res.format, "width": res.width, "height": res.height, "notes": ",".join(res.notes)}
+        if res.status != "ok" or res.out_bytes is None:
+            detail = f" ({res.detail})" if res.detail else ""
+            row |= {"status": "rejected", "reason": f"{res.reason}{detail}"}
+            return _MediaOutcome(row, False, f"media_error: {ref.ref}: {res.reason}")
+        out_sha = row["sha256"] if res.kept_original else sha256_bytes(res.out_bytes)
+        self.store.put(res.out_bytes, out_sha)
+        row |= {
+            "status": "ok",
+            "out_sha256": out_sha,
+            "out_bytes": len(res.out_bytes),
+            "out_ext": res.out_ext,
+            "out_width": res.out_width,
+            "out_height": res.out_height,
+            "kept_original": res.kept_original,
+        }
+        return _MediaOutcome(row, True, None, out_hw=(res.out_height, res.out_width))
+
+    def _video(self, row: dict[str, Any], ref: MediaRef, data: bytes) -> _MediaOutcome:
+        res = probe_video(data, choose_frames=self.choose_frames, timeout_s=self.cfg.video_timeout_s)
+        row |= {
+            "format": res.codec,
+            "width": res.width,
+            "height": res.height,
+            "frames": res.frames,
+            "fps": res.fps,
+        }
+        if res.status != "ok":
+            detail = f" ({res.detail})" if res.detail else ""
+            row |= {"status": "rejected", "reason": f"{res.reason}{detail}"}
+            return _MediaOutcome(row, False, f"media_error: {ref.ref}: {res.reason}")
+        ext = ref.ref.rsplit(".", 1)[-1].lower() if "." in ref.ref else "mp4"
+        # The video is kept as is (decoded at training time); only its sampled frames were verified.
+        self.store.put(data, row["sha256"])
+        row |= {
+            "status": "ok",
+            "out_sha256": row["sha256"],
+            "out_bytes": len(data),
+            "out_ext": ext if ext in VIDEO_EXTS else "mp4",
+            "out_width": res.width,
+            "out_height": res.height,
+            "kept_original": True,
+            "sampled_frames": len(res.sampled_indices),
+        }
+        # Decoders hand training the frames as stored (rotation is metadata), so tokens use the stored size.
+        stored_h, stored_w = (res.width, res.height) if res.rotation in (90, 270) else (res.height, res.width)
+        spec = VideoSpec(
+            n_sampled_frames=len(res.sampled_indices),
+            height=stored_h,
+            width=stored_w,
+            indices=list(res.sampled_indices),
+            video_fps=res.fps,
+        )
+        return _MediaOutcome(row, True, None, video=spec)
+
+
+def _knob_drop(cfg: RunConfig, n_images: int) -> str | None:
+    if cfg.max_num_images is not None and n_images > cfg.max_num_images:
+        return f"max_num_images: {n_images} images > {cfg.max_num_images}"
+    return None
+
+
+def _shard_record(
+    record: Record, subset: str, key: str, media_rows: list[dict[str, Any]], tokens: Any
+) -> str:
+    """The ``json`` part of the sample: the normalised record, media parts linked to their tar part names,
+    token counts and provenance, so a training-side filter needs no second lookup."""
+    # Media indices were assigned in this same traversal order by the parser.
+    rows = iter(sorted(media_rows, key=lambda r: r["index"]))
+    messages = []
+    for msg in record.messages:
+        content = []
+        for part in msg["content"]:
+            if part["type"] in ("image", "video"):
+                r = next(rows)
+                part = {
+                    "type": part["type"],
+                    "index": r["index"],
+                    "part": f"{r['index']}.{r['out_ext']}",
+                    "ref": part["ref"],
+                    "width": r["out_width"],
+                    "height": r["out_height"],
+                    "sha256": r["sha256"],
+                    **({"metadata": part["metadata"]} if "metadata" in part else {}),
+                }
+            content.append(part)
+        messages.append({"role": msg["role"], "content": content})
+    doc = {
+        "id": record.sample_id,
+        "messages": messages,
+        "vlmforge": {
+            "subset": subset,
+            "line": record.line,
+            "key": key,
+            "text_tokens": tokens.text_tokens,
+            "visual_tokens": tokens.visual_tokens,
+            "total_tokens": tokens.total_tokens,
+        },
+    }
+    return json.dumps(doc, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def build_batch(entry: SubsetEntry, index: int, cfg: RunConfig, *, force: bool = False) -> BatchStats:
+    """Process batch ``index`` of ``entry`` and commit its manifest parts; skip it when already current."""
+    layout = OutputLayout(cfg.out)
+    if not force:
+        done = batch_is_current(layout, entry, index, cfg)
+        if done is not None:
+            return done
+    t0 = time.perf_counter()
+    preset = preset_for(cfg)
+    tokenizer = get_tokenizer(cfg.tokenizer)
+    media = _MediaStage(entry, cfg, preset, ContentStore(layout.store))
+    fs, path = url_to_fs(entry.jsonl)
+    start, end = entry.batch_offsets[index], entry.batch_offsets[index + 1]
+    with fs.open(path, "rb") as f:
+        f.seek(start)
+        data = f.read(end - start)
+    first_line = index * cfg.batch_lines + 1
+
+    sample_rows: list[dict[str, Any]] = []
+    media_rows: list[dict[str, Any]] = []
+    records: list[tuple[int, str]] = []
+    keys_seen: dict[str, int] = {}
+    stats = BatchStats(batches=1)
+    for item in parse_chunk(data, first_line):
+        stats.lines += 1
+        row = empty_row(SAMPLES) | {"subset": entry.subset, "line": item.line, "n_images": 0, "n_videos": 0}
+        if not isinstance(item, Record):
+            row |= {"status": "rejected", "reason": item.reason, "sample_id": item.sample_id}
+            sample_rows.append(row)
+            stats.rejected += 1
+            continue
+        n_images = sum(1 for m in item.media if m.kind == "image")
+        n_videos = len(item.media) - n_images
+        row |= {"sample_id": item.sample_id, "n_images": n_images, "n_videos": n_videos}
+        drop = _knob_drop(cfg, n_images)
+        if drop:
+            row |= {"status": "dropped", "reason": drop}
+            sample_rows.append(row)
+            stats.dropped += 1
+            continue
+        outcomes = [media.process(m) for m in item.media]
+        this_media = []
+        for m, o in zip(item.media, outcomes, strict=True):
+            mrow = dict(o.row) | {"subset": entry.subset, "sample_id": item.sample_id, "line": item.line}
+            mrow["index"] = m.index
+            this_media.append(mrow)
+        media_rows.extend(this_media)
+        failed = next((o for o in outcomes if not o.ok), None)
+        if failed is not None:
+            row |= {"status": "rejected", "reason": failed.sample_reason}
+            sample_rows.append(row)
+            stats.rejected += 1
+            stats.media_rejected += sum(1 for o in outcomes if not o.ok)
+            continue
+        image_sizes = [o.out_hw for o in outcomes if o.out_hw is not None]
+        videos = [o.video for o in outcomes if o.video is not None]
+        try:
+            tokens = count_sample_tokens(
+                item.messages, preset, tokenizer, image_sizes, videos, max_pixels=cfg.max_pixels
+            )
+        except ValueError as exc:  # e.g. a video too short for the model's temporal patch
+            row |= {"status": "rejected", "reason": f"token_count_error: {exc}"}
+            sample_rows.append(row)
+            stats.rejected += 1
+            continue
+        per_item = iter([*tokens.per_image])
+        per_video = iter([*tokens.per_video])
+        for mrow in this_media:
+            mrow["visual_tokens"] = next(per_item) if mrow["kind"] == "image" else next(per_video)
+        row |= {
+            "text_tokens": tokens.text_tokens,
+            "visual_tokens": tokens.visual_tokens,
+            "total_tokens": tokens.total_tokens,
+        }
+        reason = _token_drop(cfg, tokens.visual_tokens, tokens.total_tokens)
+        if reason:
+            row |= {"status": "dropped", "reason": reason}
+            sample_rows.append(row)
+            stats.dropped += 1
+            continue
+        key = sanitize_key(entry.subset, item.sample_id)
+        if key in keys_seen:
+            row |= {
+                "status": "rejected",
+                "reason": f"duplicate_key: {key} already used by line {keys_seen[key]}",
+            }
+            sample_rows.append(row)
+            stats.rejected += 1
+            continue
+        keys_seen[key] = item.line
+        row |= {"status": "ok", "key": key, "split": split_for_key(key, cfg.val_fraction)}
+        sample_rows.append(row)
+        records.append((item.line, _shard_record(item, entry.subset, key, this_media, tokens)))
+        stats.ok += 1
+        stats.images += n_images
+        stats.videos += n_videos
+        stats.text_tokens += tokens.text_tokens
+        stats.visual_tokens += tokens.visual_tokens
+        stats.out_bytes += sum(m["out_bytes"] or 0 for m in this_media)
+    stats.seconds = time.perf_counter() - t0
+
+    fp = batch_fingerprint(entry, index, cfg)
+    write_part(layout, "media", entry.subset, index, media_rows, fingerprint=fp)
+    write_records_part(layout, entry.subset, index, records, fp)
+    # Written last: its fingerprint marks the batch complete.
+    write_part(layout, "samples", entry.subset, index, sample_rows, fingerprint=fp, stats=asdict(stats))
+    return stats
+
+
+def _token_drop(cfg: RunConfig, visual: int, total: int) -> str | None:
+    if cfg.max_visual_tokens is not None and visual > cfg.max_visual_tokens:
+        return f"max_visual_tokens: {visual} > {cfg.max_visual_tokens}"
+    if cfg.seq_len is not None and total > cfg.seq_len:
+        return f"seq_len: {total} tokens > {cfg.seq_len}"
+    return None

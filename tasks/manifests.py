@@ -1,0 +1,160 @@
+"""Reading and writing the manifest tables (Parquet parts, hive-partitioned by ``subset=``).
+
+A part is written to a temporary name and renamed into place; its Parquet key-value metadata carries the
+fingerprint of the inputs and options that made it, so a rerun skips exactly the parts that are current.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from vlmforge.schemas.manifests import TABLES
+from vlmforge.tasks.storage import atomic_write_bytes, url_to_fs
+
+FINGERPRINT_KEY = b"vlmforge.fingerprint"
+STATS_KEY = b"vlmforge.stats"
+
+
+class OutputLayout:
+    """Where everything lives under OUT (see README: Output folder)."""
+
+    def __init__(self, out: str) -> None:
+        self.out = out.rstrip("/")
+        self.fs, self.root = url_to_fs(self.out)
+
+    @property
+    def manifests(self) -> str:
+        return f"{self.root}/manifests"
+
+    @property
+    def store(self) -> str:
+        return f"{self.out}/store"
+
+    @property
+    def energon(self) -> str:
+        return f"{self.root}/energon"
+
+    @property
+    def quality(self) -> str:
+        return f"{self.root}/quality"
+
+    def table_dir(self, table: str, subset: str) -> str:
+        return f"{self.manifests}/{table}/subset={subset}"
+
+    def part(self, table: str, subset: str, index: int = 0) -> str:
+        return f"{self.table_dir(table, subset)}/part-{index:05d}.parquet"
+
+    def parts(self, table: str, subset: str) -> list[str]:
+        folder = self.table_dir(table, subset)
+        if not self.fs.isdir(folder):
+            return []
+        return sorted(
+            p
+            for p in self.fs.ls(folder, detail=False)
+            if p.rsplit("/", 1)[-1].startswith("part-") and p.endswith(".parquet")
+        )
+
+    def subsets_with(self, table: str) -> list[str]:
+        folder = f"{self.manifests}/{table}"
+        if not self.fs.isdir(folder):
+            return []
+        names = [p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(folder, detail=False)]
+        return sorted(n.split("=", 1)[1] for n in names if n.startswith("subset="))
+
+
+def to_table(rows: Iterable[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
+    rows = list(rows)
+    return pa.Table.from_pylist([{k: r.get(k) for k in schema.names} for r in rows], schema=schema)
+
+
+def write_part(
+    layout: OutputLayout,
+    table: str,
+    subset: str,
+    index: int,
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    fingerprint: str | None = None,
+    stats: Mapping[str, Any] | None = None,
+) -> str:
+    """Atomically write one part of ``table``; returns its path."""
+    schema = TABLES.get(table)
+    if schema is None:
+        raise KeyError(f"unknown manifest table {table!r}")
+    meta: dict[bytes, bytes] = {}
+    if fingerprint is not None:
+        meta[FINGERPRINT_KEY] = fingerprint.encode()
+    if stats is not None:
+        meta[STATS_KEY] = json.dumps(dict(stats), sort_keys=True).encode()
+    tbl = to_table(rows, schema).replace_schema_metadata(meta or None)
+    buf = io.BytesIO()
+    pq.write_table(tbl, buf, compression="zstd")
+    path = layout.part(table, subset, index)
+    atomic_write_bytes(layout.fs, path, buf.getvalue())
+    return path
+
+
+def write_records_part(
+    layout: OutputLayout, subset: str, index: int, records: list[tuple[int, str]], fingerprint: str
+) -> str:
+    """Normalised records (line, JSON) of a batch's ok samples: what the shard writer packs."""
+    tbl = pa.table(
+        {"line": pa.array([r[0] for r in records], pa.int64()), "record": pa.array([r[1] for r in records])}
+    ).replace_schema_metadata({FINGERPRINT_KEY: fingerprint.encode()})
+    buf = io.BytesIO()
+    pq.write_table(tbl, buf, compression="zstd")
+    path = f"{layout.manifests}/records/subset={subset}/part-{index:05d}.parquet"
+    atomic_write_bytes(layout.fs, path, buf.getvalue())
+    return path
+
+
+def part_metadata(layout: OutputLayout, path: str) -> dict[bytes, bytes] | None:
+    """Key-value metadata of a part, or None when it does not exist or cannot be read."""
+    try:
+        with layout.fs.open(path, "rb") as f:
+            meta = pq.read_metadata(f).metadata
+        return dict(meta or {})
+    except (FileNotFoundError, OSError, pa.ArrowInvalid):
+        return None
+
+
+def read_table(layout: OutputLayout, table: str, subset: str) -> pa.Table:
+    """All parts of ``table`` for ``subset`` in part order (an empty table with the schema if none)."""
+    schema = TABLES[table]
+    tables = []
+    for p in layout.parts(table, subset):
+        with layout.fs.open(p, "rb") as f:
+            tables.append(pq.read_table(f, schema=schema).replace_schema_metadata(None))
+    if not tables:
+        return schema.empty_table()
+    return pa.concat_tables(tables)
+
+
+def read_records(layout: OutputLayout, subset: str) -> Iterable[tuple[int, str]]:
+    folder = f"{layout.manifests}/records/subset={subset}"
+    if not layout.fs.isdir(folder):
+        return
+    for p in sorted(layout.fs.ls(folder, detail=False)):
+        if not p.endswith(".parquet") or not p.rsplit("/", 1)[-1].startswith("part-"):
+            continue
+        with layout.fs.open(p, "rb") as f:
+            tbl = pq.read_table(f)
+        yield from zip(tbl.column("line").to_pylist(), tbl.column("record").to_pylist(), strict=True)
+
+
+def remove_parts_from(layout: OutputLayout, subset: str, first_stale: int) -> None:
+    """Delete batch parts numbered ``first_stale`` and up (left from a longer earlier JSONL)."""
+    for table in ("samples", "media", "records"):
+        folder = f"{layout.manifests}/{table}/subset={subset}"
+        if not layout.fs.isdir(folder):
+            continue
+        for p in layout.fs.ls(folder, detail=False):
+            name = p.rsplit("/", 1)[-1]
+            if name.startswith("part-") and name.endswith(".parquet") and int(name[5:10]) >= first_stale:
+                layout.fs.rm(p)

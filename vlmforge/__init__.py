@@ -1,0 +1,3 @@
+"""vlmforge: vision-language training releases to Energon shards."""
+
+__version__ = "0.1.0"
