@@ -97,12 +97,13 @@ def run(
     except Exception as exc:  # pydantic ValidationError: say which option and why
         raise typer.BadParameter(str(exc)) from None
     from vlmforge.flows.pipeline import run_release
-    from vlmforge.flows.runtime import embedded_runtime
+    from vlmforge.flows.runtime import LoopbackRayTaskRunner, embedded_runtime
     from vlmforge.schemas.presets import load_preset
 
     load_preset(cfg.model)  # an unknown model fails before any service starts
-    with embedded_runtime(cfg.ray_address, cfg.num_cpus):
-        summary = run_release(cfg)
+    runner = LoopbackRayTaskRunner(address=cfg.ray_address, num_cpus=cfg.num_cpus)
+    with embedded_runtime():
+        summary = run_release.with_options(task_runner=runner)(cfg)
     print_summary(summary)
     if summary.failed:
         err.print(f"[red]not published:[/red] {', '.join(summary.failed)} (see the gate column above)")
@@ -188,6 +189,17 @@ def sample_release(
 
     rel = build_sample_release(dest, overwrite=overwrite)
     console.print(f"sample release: {rel.root} ({len(rel.subsets)} subsets, {rel.total_lines} lines)")
+
+
+def _register_commands() -> None:
+    # One module per command family keeps this file about `run`; each adds its commands to `app`.
+    from vlmforge.flows import cli_catalog, cli_energon, cli_quality, cli_recipe, cli_tokens
+
+    for module in (cli_catalog, cli_recipe, cli_tokens, cli_energon, cli_quality):
+        module.register(app)
+
+
+_register_commands()
 
 
 def main() -> None:

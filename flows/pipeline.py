@@ -14,8 +14,8 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
-from prefect_ray import RayTaskRunner
 
+from vlmforge.flows.runtime import LoopbackRayTaskRunner
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.records import SubsetEntry
 from vlmforge.tasks.build_batch import BatchStats, build_batch, preset_for
@@ -150,7 +150,12 @@ def summary_markdown(summary: RunSummary) -> str:
     return "\n".join(lines) + "\n"
 
 
-@flow(name="vlmforge-run", flow_run_name="run {cfg.release}", task_runner=RayTaskRunner(), log_prints=True)
+@flow(
+    name="vlmforge-run",
+    flow_run_name="run {cfg.release}",
+    task_runner=LoopbackRayTaskRunner(),
+    log_prints=True,
+)
 def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
     """Turn the release ``cfg.release`` into manifests and Energon datasets under ``cfg.out``."""
     logger = get_run_logger()

@@ -21,6 +21,9 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+from prefect_ray import RayTaskRunner
 
 log = logging.getLogger(__name__)
 
@@ -95,25 +98,12 @@ def prefect_api(startup_timeout_s: float = 180.0) -> Iterator[str]:
         shutil.rmtree(log_path.parent, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def ray_cluster(address: str | None = None, num_cpus: int | None = None) -> Iterator[str | None]:
-    """Connect to ``address`` (or ``RAY_ADDRESS``), reuse an initialised Ray, or start a loopback one."""
+def start_local_ray(num_cpus: int | None = None) -> Path:
+    """Start a local Ray head on 127.0.0.1 without dashboard; returns the HOME its processes see."""
     import ray
 
-    if ray.is_initialized():
-        yield None
-        return
-    address = address or os.environ.get("RAY_ADDRESS")
-    if address:
-        ray.init(address=address, log_to_driver=False)
-        try:
-            yield address
-        finally:
-            ray.shutdown()
-        return
     home = Path(tempfile.mkdtemp(prefix="vlmforge-ray-home-"))
     (home / "ray_bootstrap_config.yaml").write_text(RAY_BOOTSTRAP)
-    cpus = num_cpus or os.cpu_count() or 1
     # Ray's processes inherit the environment at start: swap HOME only around the start.
     old_home = os.environ.get("HOME")
     os.environ["HOME"] = str(home)
@@ -121,26 +111,64 @@ def ray_cluster(address: str | None = None, num_cpus: int | None = None) -> Iter
         ray.init(
             _node_ip_address="127.0.0.1",
             include_dashboard=False,
-            num_cpus=cpus,
+            num_cpus=num_cpus or os.cpu_count() or 1,
             object_store_memory=256 * 1024**2,
             log_to_driver=False,
             configure_logging=False,
+            namespace="prefect",
         )
     finally:
         if old_home is None:
             os.environ.pop("HOME", None)
         else:
             os.environ["HOME"] = old_home
-    try:
-        yield None
-    finally:
-        ray.shutdown()
-        shutil.rmtree(home, ignore_errors=True)
+    return home
+
+
+class LoopbackRayTaskRunner(RayTaskRunner):
+    """prefect-ray's runner, but a Ray it starts itself is the loopback, probe-free one of start_local_ray.
+
+    With an address (argument or ``RAY_ADDRESS``) it connects as prefect-ray does; an already initialised Ray
+    is reused. The flow carries this runner, so a CLI run and a deployment run by a worker behave the same.
+    """
+
+    def __init__(
+        self,
+        address: str | None = None,
+        init_kwargs: dict[str, Any] | None = None,
+        num_cpus: int | None = None,
+    ) -> None:
+        super().__init__(address=address, init_kwargs=init_kwargs)
+        self.num_cpus = num_cpus
+        self._local_home: Path | None = None
+
+    def duplicate(self) -> LoopbackRayTaskRunner:
+        return type(self)(address=self.address, init_kwargs=self.init_kwargs, num_cpus=self.num_cpus)
+
+    def __enter__(self) -> LoopbackRayTaskRunner:
+        import ray
+
+        apply_quiet_env()
+        if not ray.is_initialized() and not (self.address or os.environ.get("RAY_ADDRESS")):
+            self._local_home = start_local_ray(self.num_cpus)
+        super().__enter__()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        try:
+            super().__exit__(*exc_info)
+        finally:
+            if self._local_home is not None:
+                import ray
+
+                ray.shutdown()
+                shutil.rmtree(self._local_home, ignore_errors=True)
+                self._local_home = None
 
 
 @contextlib.contextmanager
-def embedded_runtime(ray_address: str | None = None, num_cpus: int | None = None) -> Iterator[None]:
-    """Prefect API first (Ray workers must inherit its URL), then Ray."""
+def embedded_runtime() -> Iterator[str]:
+    """A Prefect API for the run; Ray is started by the flow's task runner (Ray workers inherit the URL)."""
     apply_quiet_env()
-    with prefect_api(), ray_cluster(ray_address, num_cpus):
-        yield
+    with prefect_api() as url:
+        yield url

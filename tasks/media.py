@@ -1,15 +1,24 @@
 """Verify and normalise one media object (image or video) referenced by a training record.
 
 Pure functions over bytes; no I/O, no orchestration imports. The pipeline calls :func:`process_image` or
-:func:`probe_video` once per referenced file and stores the result (status, reason, sizes, output bytes).
+:func:`probe_video` once per referenced file and stores the result (status, reason, sizes, output bytes);
+``vlmforge.tasks.video_frames`` builds on :func:`probe_video` to write sampled frames as images.
 
 Images: header-only open first (decompression bombs are refused from the header, before any pixel is
-decoded), then a FULL decode (``img.load()``) to verify. The displayed size is the size after EXIF
-orientation (``ImageOps.exif_transpose`` semantics). Files already in a trainer-friendly form are kept
-byte-identical; everything else is re-encoded once, deterministically (no EXIF, ICC, timestamps).
+decoded), then a full verification of the encoded data: images that are re-encoded are decoded whole
+(``img.load()``); kept JPEGs are decoded at 1/8 DCT scale (every entropy-coded block is still decoded, so
+truncation and corrupt data are found as at full scale); kept PNGs have all their compressed data inflated
+(checksum included) and every row's filter byte checked (unfiltering is arithmetic that cannot fail). The
+displayed size is the size after EXIF orientation (``ImageOps.exif_transpose`` semantics). Files already in
+a trainer-friendly form are kept byte-identical (bytes appended after the image's end marker, e.g. a ZIP or
+a video glued to a JPEG, are cut off); everything else is re-encoded once, deterministically (no EXIF, ICC,
+timestamps), resized with bicubic (what Qwen's processors use) to exactly the model's size. Big JPEGs are
+decoded with DCT scaling (``draft``); big 8-bit non-interlaced PNGs are decoded and resized in horizontal
+strips, so a 10,000 x 30,000 infographic never exists in memory at full resolution.
 
 Videos: PyAV from memory, metadata without a full decode, then the frames the caller's sampler chooses
-are decoded sequentially (stopping after the last needed one) under a wall-clock deadline.
+are decoded sequentially (stopping after the last needed one) under a wall-clock deadline. A frame size over
+the pixel limit is refused from the header, before any frame is decoded.
 """
 
 from __future__ import annotations
@@ -17,10 +26,12 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import struct
 import threading
 import time
 import warnings
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import IO, Any, Literal
@@ -40,7 +51,9 @@ __all__ = [
     "IMAGE_REASONS",
     "VIDEO_REASONS",
     "ImageResult",
+    "SampledFrame",
     "VideoResult",
+    "encode_image",
     "process_image",
     "probe_video",
 ]
@@ -60,7 +73,15 @@ IMAGE_REASONS: frozenset[str] = frozenset(
     }
 )
 VIDEO_REASONS: frozenset[str] = frozenset(
-    {"zero_size", "not_a_video", "no_video_stream", "video_decode_error", "video_timeout", "frame_selection"}
+    {
+        "zero_size",
+        "not_a_video",
+        "no_video_stream",
+        "decompression_bomb",
+        "video_decode_error",
+        "video_timeout",
+        "frame_selection",
+    }
 )
 
 _DETAIL_MAX = 200
@@ -259,27 +280,41 @@ def _composite_on_white(img: Image.Image) -> Image.Image:
     return background
 
 
-def _apply_icc(img: Image.Image, icc: bytes | None, notes: list[str]) -> Image.Image:
-    """Convert colour to sRGB using the embedded profile (RGB/RGBA/CMYK); otherwise drop the profile."""
+def _identity(img: Image.Image) -> Image.Image:
+    return img
+
+
+def _icc_converter(icc: bytes | None, mode: str, notes: list[str]) -> Callable[[Image.Image], Image.Image]:
+    """A function converting ``mode`` images from the embedded profile to sRGB (RGB/RGBA/CMYK); the identity
+    when the profile is already sRGB, absent, or cannot be applied (then it is dropped, and noted)."""
     if not icc:
-        return img
-    if ImageCms is None or img.mode not in ("RGB", "RGBA", "CMYK"):
+        return _identity
+    if ImageCms is None or mode not in ("RGB", "RGBA", "CMYK"):
         notes.append("icc_dropped")
-        return img
+        return _identity
     try:
         src = ImageCms.ImageCmsProfile(io.BytesIO(icc))
         description = (ImageCms.getProfileDescription(src) or "").strip().lower()
-        if description.startswith("srgb") and img.mode != "CMYK":
-            return img  # already sRGB: dropping the tag changes nothing
-        out_mode = "RGBA" if img.mode == "RGBA" else "RGB"
-        converted = ImageCms.profileToProfile(img, src, _SRGB, outputMode=out_mode)
-        if converted is None:  # pragma: no cover - only with inPlace=True
-            raise ValueError("profileToProfile returned None")
-        notes.append("icc_converted_to_srgb")
-        return converted
+        if description.startswith("srgb") and mode != "CMYK":
+            return _identity  # already sRGB: dropping the tag changes nothing
+        transform = ImageCms.buildTransform(src, _SRGB, mode, "RGBA" if mode == "RGBA" else "RGB")
     except Exception:
         notes.append("icc_dropped")
-        return img
+        return _identity
+    notes.append("icc_converted_to_srgb")
+
+    def convert(img: Image.Image) -> Image.Image:
+        converted = ImageCms.applyTransform(img, transform)
+        if converted is None:  # pragma: no cover - only with inPlace=True
+            raise ValueError("applyTransform returned None")
+        return converted
+
+    return convert
+
+
+def _apply_icc(img: Image.Image, icc: bytes | None, notes: list[str]) -> Image.Image:
+    """Convert colour to sRGB using the embedded profile (RGB/RGBA/CMYK); otherwise drop the profile."""
+    return _icc_converter(icc, img.mode, notes)(img)
 
 
 def _normalise_mode(img: Image.Image, notes: list[str]) -> tuple[Image.Image, bool]:
@@ -327,14 +362,370 @@ def _encode(img: Image.Image, fmt: Literal["jpeg", "png", "webp"], quality: int,
     return buf.getvalue()
 
 
+def encode_image(img: Image.Image, fmt: Literal["jpeg", "png", "webp"], quality: int = 92) -> bytes:
+    """Encode ``img`` (RGB or L) the way the pipeline writes media: deterministic, no metadata."""
+    return _encode(img, fmt, quality, lossless=False)
+
+
+# ---- end of the encoded image (bytes after it are cut off when the original is kept) --------------------
+
+_JPEG_NEXT_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
+
+
+def _jpeg_end(data: bytes) -> int | None:
+    """Offset just past the EOI marker of the first JPEG image in ``data`` (None when the walk fails)."""
+    n, i = len(data), 2
+    while i + 2 <= n:
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker == 0xD9:
+            return i + 2
+        if 0xD0 <= marker <= 0xD7 or marker == 0x01:  # standalone markers
+            i += 2
+            continue
+        if i + 4 > n:
+            return None
+        seg = int.from_bytes(data[i + 2 : i + 4], "big")
+        if seg < 2:
+            return None
+        i += 2 + seg
+        if marker == 0xDA:  # entropy-coded data runs to the next marker that is not a stuffed 0xFF or RSTn
+            match = _JPEG_NEXT_MARKER.search(data, i)
+            if match is None:
+                return None
+            i = match.start()
+    return None
+
+
+def _riff_end(data: bytes) -> int | None:
+    size = int.from_bytes(data[4:8], "little") + 8
+    return size if size <= len(data) else None
+
+
+def _png_chunks(data: bytes) -> list[tuple[bytes, int, int]]:
+    """(type, payload offset, payload length) of every complete chunk, stopping after IEND."""
+    chunks: list[tuple[bytes, int, int]] = []
+    i, n = 8, len(data)
+    while i + 12 <= n:
+        length = int.from_bytes(data[i : i + 4], "big")
+        kind = bytes(data[i + 4 : i + 8])
+        if i + 12 + length > n:
+            # a chunk cut short (truncated file): keep what is there of an IDAT, stop
+            if kind == b"IDAT":
+                chunks.append((kind, i + 8, n - i - 8))
+            break
+        chunks.append((kind, i + 8, length))
+        i += 12 + length
+        if kind == b"IEND":
+            break
+    return chunks
+
+
+def _png_end(data: bytes) -> int | None:
+    chunks = _png_chunks(data)
+    if chunks and chunks[-1][0] == b"IEND":
+        return chunks[-1][1] + chunks[-1][2] + 4
+    return None
+
+
+def _encoded_end(src_format: str, data: bytes) -> int | None:
+    """Where the image stream ends, for the formats kept byte-identical (None: unknown, keep everything).
+
+    MPO is left alone: the images after the first are part of the format, not foreign payload."""
+    if src_format == "JPEG":
+        return _jpeg_end(data)
+    if src_format == "PNG":
+        return _png_end(data)
+    if src_format == "WEBP":
+        return _riff_end(data)
+    return None
+
+
+# ---- big PNGs: decode and resize in horizontal strips ---------------------------------------------------
+
+#: PNGs with at least this many pixels are decoded strip by strip (when the layout allows it).
+_STRIP_MIN_PIXELS = 24_000_000
+#: Raw (filtered) bytes of one strip.
+_STRIP_BYTES = 4 << 20
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
+#: Resampling filters offered, and their support in source pixels at scale 1 (Pillow's filter table).
+Resample = Literal["bicubic", "lanczos"]
+_RESAMPLE: dict[str, Image.Resampling] = {
+    "bicubic": Image.Resampling.BICUBIC,
+    "lanczos": Image.Resampling.LANCZOS,
+}
+_FILTER_SUPPORT = {Image.Resampling.BICUBIC: 2.0, Image.Resampling.LANCZOS: 3.0}
+
+
+@dataclass(frozen=True)
+class _PngLayout:
+    width: int
+    height: int
+    depth: int
+    color_type: int
+    interlaced: bool
+    idat: tuple[tuple[int, int], ...]  # (offset, length) of every IDAT payload, in order
+    ancillary: bytes  # PLTE and tRNS chunks, verbatim (copied into every strip)
+    exif: bytes | None
+
+    @property
+    def row_bytes(self) -> int:
+        return (self.width * _PNG_CHANNELS[self.color_type] * self.depth + 7) // 8
+
+    @property
+    def strippable(self) -> bool:
+        """8-bit and not interlaced: rows map 1:1 to Pillow modes, so strips can be decoded alone."""
+        return self.depth == 8 and not self.interlaced
+
+
+def _png_chunk(kind: bytes, body: bytes) -> bytes:
+    return len(body).to_bytes(4, "big") + kind + body + zlib.crc32(body, zlib.crc32(kind)).to_bytes(4, "big")
+
+
+def _stored_zlib(body: bytes) -> bytes:
+    """``body`` as a zlib stream of stored (uncompressed) deflate blocks: one copy, no compression work."""
+    view = memoryview(body)
+    parts: list[bytes | memoryview] = [b"\x78\x01"]
+    for start in range(0, len(body), 0xFFFF):
+        block = view[start : start + 0xFFFF]
+        final = start + 0xFFFF >= len(body)
+        parts += [struct.pack("<BHH", final, len(block), len(block) ^ 0xFFFF), block]
+    if not body:
+        parts.append(b"\x01\x00\x00\xff\xff")
+    parts.append(zlib.adler32(body).to_bytes(4, "big"))
+    return b"".join(parts)
+
+
+def _png_layout(data: bytes) -> _PngLayout | None:
+    """Geometry and chunk positions of a PNG, from one walk over its chunks (None when IHDR is unusable)."""
+    chunks = _png_chunks(data)
+    if not chunks or chunks[0][0] != b"IHDR" or chunks[0][2] != 13:
+        return None
+    off = chunks[0][1]
+    width, height = int.from_bytes(data[off : off + 4], "big"), int.from_bytes(data[off + 4 : off + 8], "big")
+    depth, color_type, interlace = data[off + 8], data[off + 9], data[off + 12]
+    if depth not in (1, 2, 4, 8, 16) or color_type not in _PNG_CHANNELS or width <= 0 or height <= 0:
+        return None
+    ancillary = b"".join(
+        data[o - 8 : o + n + 4]
+        for kind, o, n in chunks
+        if kind in (b"PLTE", b"tRNS") and o + n + 4 <= len(data)
+    )
+    exif = next((bytes(data[o : o + n]) for kind, o, n in chunks if kind == b"eXIf"), None)
+    idat = tuple((o, n) for kind, o, n in chunks if kind == b"IDAT")
+    return _PngLayout(width, height, depth, color_type, interlace != 0, idat, ancillary, exif)
+
+
+def _verify_png_stream(data: bytes, layout: _PngLayout) -> None:
+    """Verify a non-interlaced PNG's pixel data without reconstructing pixels: the whole zlib stream is
+    inflated (Huffman codes, back-references, block lengths, and the Adler-32 checksum when the stream has
+    one) and every row's filter type is checked. Row unfiltering is arithmetic that cannot fail, so this finds
+    what a full decode finds (truncation, corrupt data, bad filter bytes) at about a third of its cost, plus
+    damage a full decode misses: Pillow stops after the last row and never reads the checksum."""
+    stride = 1 + layout.row_bytes
+    need = layout.height * stride
+    inflater = zlib.decompressobj()
+    pos = 0
+    try:
+        for offset, length in layout.idat:
+            buf: bytes | memoryview = memoryview(data)[offset : offset + length]
+            while buf and not inflater.eof:
+                out = inflater.decompress(buf, _STRIP_BYTES)
+                buf = inflater.unconsumed_tail
+                if out and pos < need:
+                    rows = np.frombuffer(out, np.uint8, count=min(len(out), need - pos))
+                    filters = rows[(-pos) % stride :: stride]
+                    if filters.size and int(filters.max()) > 4:
+                        row = (pos + (-pos) % stride + int(np.argmax(filters > 4)) * stride) // stride
+                        raise _Reject("decode_error", f"PNG row {row} has filter type {int(filters.max())}")
+                pos += len(out)
+            if inflater.eof:
+                break
+    except zlib.error as exc:
+        raise _Reject("decode_error", _short(f"PNG data: {exc}")) from exc
+    if pos < need:
+        raise _Reject("truncated", f"PNG data ends after {pos // stride} of {layout.height} rows")
+
+
+def _png_orientation(layout: _PngLayout) -> int:
+    if not layout.exif:
+        return 1
+    exif = Image.Exif()
+    try:
+        exif.load(layout.exif)
+        value = exif.get(0x0112, 1)
+    except Exception:
+        return 1
+    return value if isinstance(value, int) and value in _ORIENT_OPS else 1
+
+
+def _png_strips(data: bytes, layout: _PngLayout) -> Iterator[Image.Image]:
+    """Decode the PNG strip by strip, top to bottom (every row is decoded: this is the full verification).
+
+    The zlib stream is inflated incrementally; each strip's filtered rows are wrapped in a small PNG (same
+    IHDR fields and palette, the previous strip's last row prepended unfiltered so the row filters resolve)
+    and decoded by Pillow."""
+    stride = 1 + layout.row_bytes
+    rows = max(1, _STRIP_BYTES // stride)
+    want = rows * stride
+    inflater = zlib.decompressobj()
+    pending = bytearray()
+    prev_raw: bytes | None = None
+    done = 0
+
+    def strip(filtered: bytes | bytearray, n_rows: int) -> Image.Image:
+        nonlocal prev_raw
+        body = b"\x00" + prev_raw + filtered if prev_raw is not None else bytes(filtered)
+        total = n_rows + (prev_raw is not None)
+        ihdr = struct.pack(">IIBBBBB", layout.width, total, 8, layout.color_type, 0, 0, 0)
+        idat = _stored_zlib(body)
+        mini = b"".join(
+            (
+                b"\x89PNG\r\n\x1a\n",
+                _png_chunk(b"IHDR", ihdr),
+                layout.ancillary,
+                len(idat).to_bytes(4, "big"),
+                b"IDAT",
+                idat,
+                zlib.crc32(idat, zlib.crc32(b"IDAT")).to_bytes(4, "big"),
+                _png_chunk(b"IEND", b""),
+            )
+        )
+        with Image.open(io.BytesIO(mini), formats=("PNG",)) as im:
+            im.load()
+            out = im.crop((0, 1, layout.width, total)) if prev_raw is not None else im.copy()
+        prev_raw = out.crop((0, n_rows - 1, layout.width, n_rows)).tobytes()
+        return out
+
+    try:
+        for offset, length in layout.idat:
+            buf: bytes | memoryview = memoryview(data)[offset : offset + length]
+            while buf and not inflater.eof:
+                pending += inflater.decompress(buf, max(want - len(pending), 1))
+                buf = inflater.unconsumed_tail
+                while len(pending) >= want and done + rows < layout.height:
+                    yield strip(pending[:want], rows)
+                    del pending[:want]
+                    done += rows
+            if inflater.eof:
+                break
+    except zlib.error as exc:
+        raise _Reject("decode_error", _short(f"PNG data: {exc}")) from exc
+    left = layout.height - done
+    if len(pending) < left * stride:
+        got = done + len(pending) // stride
+        raise _Reject("truncated", f"PNG data ends after {min(got, layout.height)} of {layout.height} rows")
+    yield strip(pending[: left * stride], left)
+
+
+class _StripResizer:
+    """``Image.resize(size, resample)`` fed with horizontal strips, top to bottom.
+
+    Pillow resamples horizontally, then vertically, with separable filters, so each strip is resized
+    horizontally on arrival and output rows are produced as soon as the source rows under their filter window
+    are in. Only that window and the output are held, so memory does not grow with the source height. Output
+    equals the in-memory resize up to floating-point rounding (a level here and there)."""
+
+    def __init__(
+        self, src_size: tuple[int, int], out_size: tuple[int, int], mode: str, resample: Image.Resampling
+    ) -> None:
+        (sw, sh), (ow, oh) = src_size, out_size
+        self.sw, self.sh, self.ow, self.oh = sw, sh, ow, oh
+        self.resample = resample
+        self.scale = sh / oh
+        self.support = _FILTER_SUPPORT[resample] * max(self.scale, 1.0)
+        self.out = Image.new(mode, out_size)
+        self.window: Image.Image | None = None  # horizontally resized source rows [top, fed)
+        self.top = self.fed = self.done = 0
+
+    def _first_row(self, o: int) -> int:
+        return max(0, int((o + 0.5) * self.scale - self.support + 0.5))
+
+    def _end_row(self, o: int) -> int:
+        return min(self.sh, int((o + 0.5) * self.scale + self.support + 0.5))
+
+    def feed(self, strip: Image.Image) -> None:
+        h = strip.height
+        strip = strip.resize((self.ow, h), self.resample)  # horizontal pass only (height unchanged)
+        if self.window is None:
+            self.window = strip
+        else:
+            grown = Image.new(strip.mode, (self.ow, self.window.height + h))
+            grown.paste(self.window, (0, 0))
+            grown.paste(strip, (0, self.window.height))
+            self.window = grown
+        self.fed += h
+        end = self.done
+        while end < self.oh and self._end_row(end) <= self.fed:
+            end += 1
+        if end == self.done:
+            return
+        bottom = min(end * self.scale - self.top, float(self.window.height))  # fp: never past the rows held
+        box = (0.0, self.done * self.scale - self.top, float(self.ow), bottom)
+        part = self.window.resize((self.ow, end - self.done), self.resample, box=box)
+        self.out.paste(part, (0, self.done))
+        self.done = end
+        if self.done < self.oh:
+            first = self._first_row(self.done)
+            self.window = self.window.crop((0, first - self.top, self.ow, self.window.height))
+            self.top = first
+        else:
+            self.window = None
+
+    def result(self) -> Image.Image:
+        if self.done != self.oh:  # pragma: no cover - every row is produced once all strips are fed
+            raise RuntimeError(f"strip resize produced {self.done} of {self.oh} rows")
+        return self.out
+
+
+def _process_big_png(
+    data: bytes,
+    layout: _PngLayout,
+    icc: bytes | None,
+    *,
+    orientation: int,
+    out_size: tuple[int, int],
+    resample: Image.Resampling,
+) -> tuple[Image.Image, list[str]]:
+    """Decode (every row: the verification), normalise and resize a big PNG strip by strip. Returns the
+    output image in displayed orientation and the notes."""
+    notes: list[str] = ["strip_decoded"]
+    swap = orientation in (5, 6, 7, 8)
+    stored_out = (out_size[1], out_size[0]) if swap else out_size
+    resizer: _StripResizer | None = None
+    convert: Callable[[Image.Image], Image.Image] | None = None
+    for strip in _png_strips(data, layout):
+        if convert is None:
+            convert = _icc_converter(icc, strip.mode, notes)
+        work, _had_alpha = _normalise_mode(convert(strip), notes if resizer is None else [])
+        if resizer is None:
+            resizer = _StripResizer((layout.width, layout.height), stored_out, work.mode, resample)
+        resizer.feed(work)
+    if resizer is None:  # pragma: no cover - a PNG has at least one row
+        raise _Reject("decode_error", "PNG has no rows")
+    out = resizer.result()
+    notes.append("resized")
+    if orientation != 1:
+        out = out.transpose(_ORIENT_OPS[orientation])
+        notes.append(f"exif_orientation_{orientation}_applied")
+    return out, notes
+
+
 def _process_image(
     data: bytes,
     *,
     target_size: Callable[[int, int], tuple[int, int]],
     max_pixels: int,
+    min_pixels: int,
+    min_side: int,
     max_image_pixels: int,
     image_format: ImageFormat,
     jpeg_quality: int,
+    resample: Resample,
     relaxed: bool,
 ) -> ImageResult:
     fmt: str | None = None
@@ -375,54 +766,71 @@ def _process_image(
                     "decompression_bomb",
                     f"header claims {width}x{height} = {width * height} px > {max_image_pixels}",
                 )
-            # Pillow's PNG getexif() decodes the whole image (an eXIf chunk may follow IDAT): for PNG the
-            # full decode happens here, exactly once, so a decode failure can never be masked. A second
-            # load() after a failed one returns silently, hence the explicit flag.
-            decoded = fmt == "PNG"
-            if decoded:
+            src_format = fmt or ""
+            # PNGs: one walk over the chunks gives the eXIf chunk (wherever it is: Pillow's getexif() would
+            # decode the whole image to reach one after IDAT) and the compressed data, which is verified
+            # without reconstruction when the file is kept, or decoded in strips when it is big.
+            layout = _png_layout(data) if src_format == "PNG" else None
+            decoded = src_format == "PNG" and layout is None
+            if decoded:  # unusual PNG: Pillow decodes it whole, once (a second load() would return silently)
                 _full_decode(img, relaxed)
-            orientation = _orientation(img)
+            orientation = _png_orientation(layout) if layout is not None else _orientation(img)
             swap = orientation in (5, 6, 7, 8)
             disp_w, disp_h = (height, width) if swap else (width, height)
             pixels = disp_w * disp_h
+            if min(disp_w, disp_h) < min_side:
+                raise _Reject("too_small", f"{disp_w}x{disp_h}: a side is below {min_side} px")
             # ---- 2. model geometry (aspect-ratio limit) before paying for a decode ----------------------
             try:
                 t_h, t_w = target_size(disp_h, disp_w)
             except ValueError as exc:
                 raise _Reject("aspect_ratio", _short(exc)) from exc
-            src_format = fmt or ""
+            within = min_pixels <= pixels <= max_pixels
             keep = (
                 src_format in _KEEPABLE
                 and orientation == 1
                 and mode in ("RGB", "L")
-                and pixels <= max_pixels
+                and within
                 and (image_format == "keep" or _FMT_TO_EXT[image_format] == _KEEPABLE[src_format])
             )
-            needs_resize = pixels > max_pixels and (t_w, t_h) != (disp_w, disp_h)
-            notes: list[str] = []
-            # ---- 3. full decode (DCT-scaled for big JPEGs that will be downsized anyway) ----------------
-            if needs_resize and src_format in ("JPEG", "MPO"):
-                req = (t_h, t_w) if swap else (t_w, t_h)  # draft works in stored orientation
-                img.draft("RGB", req)
-                if img.size != (width, height):
-                    notes.append("jpeg_draft_scaled")
+            needs_resize = not within and (t_w, t_h) != (disp_w, disp_h)
+            if layout is not None and keep and not layout.interlaced:
+                _verify_png_stream(data, layout)
+                return _kept(data, fmt, mode, disp_w, disp_h, [])
+            if (
+                layout is not None
+                and needs_resize
+                and layout.strippable
+                and width * height >= _STRIP_MIN_PIXELS
+            ):
+                icc = img.info.get("icc_profile")
+                big, notes = _process_big_png(
+                    data,
+                    layout,
+                    icc if isinstance(icc, bytes) else None,
+                    orientation=orientation,
+                    out_size=(t_w, t_h),
+                    resample=_RESAMPLE[resample],
+                )
+                out_fmt = _choose_output(
+                    image_format, src_format, mode or "", "alpha_composited_on_white" in notes
+                )
+                return _encoded(big, out_fmt, jpeg_quality, False, fmt, mode, disp_w, disp_h, notes)
+            notes = []
+            # ---- 3. full decode (DCT-scaled for JPEGs: big ones that will be downsized anyway, and kept
+            # ones, which are verified at 1/8 scale: every entropy-coded block is still decoded, so
+            # truncation and corrupt data are found exactly as at full scale, at a third of the cost) -----
+            if src_format in ("JPEG", "MPO") and (needs_resize or keep):
+                if keep:
+                    img.draft(mode, (1, 1))
+                else:
+                    img.draft("RGB", (t_h, t_w) if swap else (t_w, t_h))  # draft works in stored orientation
+                    if img.size != (width, height):
+                        notes.append("jpeg_draft_scaled")
             if not decoded:
                 _full_decode(img, relaxed)
             if keep:
-                return ImageResult(
-                    status="ok",
-                    reason=None,
-                    format=fmt,
-                    mode=mode,
-                    width=disp_w,
-                    height=disp_h,
-                    out_width=disp_w,
-                    out_height=disp_h,
-                    out_ext=_KEEPABLE[src_format],  # type: ignore[arg-type]
-                    out_bytes=data,
-                    kept_original=True,
-                    notes=(),
-                )
+                return _kept(data, fmt, mode, disp_w, disp_h, [])
             # ---- 4. normalise once ---------------------------------------------------------------------
             icc = img.info.get("icc_profile")
             work: Image.Image = img
@@ -432,25 +840,11 @@ def _process_image(
             work = _apply_icc(work, icc if isinstance(icc, bytes) else None, notes)
             work, had_alpha = _normalise_mode(work, notes)
             if needs_resize:
-                work = work.resize((t_w, t_h), Image.Resampling.LANCZOS, reducing_gap=3.0)
+                work = work.resize((t_w, t_h), _RESAMPLE[resample])
                 notes.append("resized")
             out_fmt = _choose_output(image_format, src_format, mode or "", had_alpha)
             lossless = out_fmt == "webp" and src_format == "WEBP" and _is_lossless_webp(data)
-            out = _encode(work, out_fmt, jpeg_quality, lossless)
-            return ImageResult(
-                status="ok",
-                reason=None,
-                format=fmt,
-                mode=mode,
-                width=disp_w,
-                height=disp_h,
-                out_width=work.width,
-                out_height=work.height,
-                out_ext=_FMT_TO_EXT[out_fmt],
-                out_bytes=out,
-                kept_original=False,
-                notes=tuple(notes),
-            )
+            return _encoded(work, out_fmt, jpeg_quality, lossless, fmt, mode, disp_w, disp_h, notes)
     except _RetryRelaxed:
         raise
     except _Reject as rej:
@@ -458,6 +852,59 @@ def _process_image(
     except Exception as exc:  # any other decoder/plugin failure: never crash the caller
         classified = _classify_decode_error(exc)
         return _rejected(classified.reason, classified.detail, fmt, mode, disp_w, disp_h)
+
+
+def _kept(
+    data: bytes, fmt: str | None, mode: str | None, width: int, height: int, notes: list[str]
+) -> ImageResult:
+    """The original bytes as output; anything after the image's end marker is cut off (and noted)."""
+    end = _encoded_end(fmt or "", data)
+    out = data
+    if end is not None and end < len(data):
+        out = data[:end]
+        notes = [*notes, f"trailing_data_stripped:{len(data) - end}"]
+    return ImageResult(
+        status="ok",
+        reason=None,
+        format=fmt,
+        mode=mode,
+        width=width,
+        height=height,
+        out_width=width,
+        out_height=height,
+        out_ext=_KEEPABLE[fmt or ""],  # type: ignore[arg-type]
+        out_bytes=out,
+        kept_original=out is data,
+        notes=tuple(notes),
+    )
+
+
+def _encoded(
+    work: Image.Image,
+    out_fmt: Literal["jpeg", "png", "webp"],
+    quality: int,
+    lossless: bool,
+    fmt: str | None,
+    mode: str | None,
+    width: int,
+    height: int,
+    notes: list[str],
+) -> ImageResult:
+    out = _encode(work, out_fmt, quality, lossless)
+    return ImageResult(
+        status="ok",
+        reason=None,
+        format=fmt,
+        mode=mode,
+        width=width,
+        height=height,
+        out_width=work.width,
+        out_height=work.height,
+        out_ext=_FMT_TO_EXT[out_fmt],
+        out_bytes=out,
+        kept_original=False,
+        notes=tuple(notes),
+    )
 
 
 def _rejected(
@@ -488,19 +935,33 @@ def process_image(
     max_image_pixels: int = 256_000_000,
     image_format: ImageFormat = "keep",
     jpeg_quality: int = 92,
+    min_pixels: int = 0,
+    min_side: int = 1,
+    resample: Resample = "bicubic",
 ) -> ImageResult:
     """Verify one image by a full decode and return it ready for a shard.
 
     ``target_size(height, width) -> (H, W)`` is the model's factor-aligned resize (smart_resize); a
-    ValueError from it is an ``aspect_ratio`` reject. Images with more than ``max_pixels`` displayed pixels
-    are resized to exactly ``target_size(h, w)``. Headers claiming more than ``max_image_pixels`` are
-    refused as ``decompression_bomb`` before any pixel is decoded. Never raises for bad input.
+    ValueError from it is an ``aspect_ratio`` reject. Images whose displayed pixel count lies in
+    ``[min_pixels, max_pixels]`` and that are JPEG/PNG/WebP in RGB or L without EXIF rotation are kept
+    byte-identical (when ``image_format`` is ``keep`` or their own format); any other image is normalised and,
+    when outside that range, resized once to exactly ``target_size(h, w)`` (so pass the model's min pixels as
+    ``min_pixels`` to have small images upscaled here rather than at training time). Headers claiming more
+    than ``max_image_pixels`` are refused as ``decompression_bomb`` before any pixel is decoded; a displayed
+    side shorter than ``min_side`` is ``too_small``. Never raises for bad input.
+
+    The resize filter defaults to ``bicubic``: what Qwen's processors use (transformers
+    ``Qwen2VLImageProcessor`` resample, qwen-vl-utils ``Image.resize``), so a full-resolution decode gives
+    the pixels training would have computed from the original; ``lanczos`` is sharper and ~40% slower.
     """
     if not data:
         return _rejected("zero_size", "empty payload", None, None, 0, 0)
     kwargs: dict[str, Any] = {
         "target_size": target_size,
         "max_pixels": max_pixels,
+        "min_pixels": min_pixels,
+        "min_side": min_side,
+        "resample": resample,
         "max_image_pixels": max_image_pixels,
         "image_format": image_format,
         "jpeg_quality": jpeg_quality,
@@ -549,6 +1010,22 @@ class VideoResult:
     frames: int
     duration: float
     sampled_indices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SampledFrame:
+    """A frame the sampler picked, handed to ``probe_video(on_frame=...)`` during the verification decode."""
+
+    #: 0-based position among the sampled frames (in presentation order).
+    position: int
+    #: Number of sampled frames (distinct indices).
+    count: int
+    #: Index of the frame in presentation order.
+    index: int
+    #: Clockwise degrees (0/90/180/270) to turn the frame to display it.
+    rotation: int
+    #: The decoded ``av.VideoFrame`` at coded (unrotated) size; valid only during the call.
+    frame: Any
 
 
 class _VideoTimeout(Exception):
@@ -630,11 +1107,16 @@ def probe_video(
     *,
     choose_frames: Callable[[int, float], list[int]],
     timeout_s: float = 60.0,
+    max_frame_pixels: int = 100_000_000,
+    on_frame: Callable[[SampledFrame], None] | None = None,
 ) -> VideoResult:
     """Read a video's metadata, then verify that the frames ``choose_frames(n_frames, fps)`` picks decode.
 
-    Frame indices count decoded frames in presentation order. Never raises for bad input; bounded by
-    ``timeout_s`` of wall-clock time.
+    Frame indices count decoded frames in presentation order. A coded frame size over ``max_frame_pixels``
+    is a ``decompression_bomb`` reject, decided from the header before the sampled frames are decoded.
+    ``on_frame`` is called with every sampled frame, in order, as it is decoded (an exception from it makes
+    the video a ``video_decode_error`` reject). Never raises for bad input; bounded by ``timeout_s`` of
+    wall-clock time, ``on_frame`` included.
     """
     if not data:
         return _video_reject("zero_size", "empty payload")
@@ -677,6 +1159,12 @@ def probe_video(
         elif container.duration is not None:
             duration = container.duration / av.time_base
         known.update(fps=fps, duration=duration)
+        if coded_w * coded_h > max_frame_pixels:
+            return _video_reject(
+                "decompression_bomb",
+                f"header claims {coded_w}x{coded_h} = {coded_w * coded_h} px per frame > {max_frame_pixels}",
+                **known,
+            )
 
         rotation = 0
         rotate_tag = stream.metadata.get("rotate") if stream.metadata else None
@@ -721,32 +1209,54 @@ def probe_video(
 
         # ---- sequential decode up to the last needed frame (always at least the first frame) ---------
         last_needed = indices[-1] if indices else 0
-        needed = set(indices)
-        found: set[int] = set()
-        frame_rotation: float | None = None
+        position = {index: pos for pos, index in enumerate(indices)}
+        found = 0
+        rotation_known = rotation != 0
         decoded = 0
         stream.thread_type = "AUTO"
         for frame in container.decode(stream):
             if time.monotonic() > deadline:
                 raise _VideoTimeout(f"timeout after decoding {decoded} frames")
-            if frame_rotation is None:
+            if not rotation_known:
+                rotation_known = True
                 frame_rotation = float(getattr(frame, "rotation", 0) or 0)
-            if decoded in needed:
-                found.add(decoded)
+                if frame_rotation:
+                    rotation = _rotation_from_degrees(frame_rotation)
+            if frame.width * frame.height > max_frame_pixels:
+                return _video_reject(
+                    "decompression_bomb",
+                    f"frame {decoded} is {frame.width}x{frame.height} px > {max_frame_pixels}",
+                    **known,
+                )
+            if getattr(frame, "is_corrupt", False):
+                # the decoder concealed an error in this frame (and frames referencing it inherit the damage)
+                return _video_reject(
+                    "video_decode_error", f"frame {decoded} is corrupt (decoder concealed errors)", **known
+                )
+            pos = position.get(decoded)
+            if pos is not None:
+                found += 1
+                if on_frame is not None:
+                    try:
+                        on_frame(SampledFrame(pos, len(indices), decoded, rotation, frame))
+                    except _VideoTimeout:
+                        raise
+                    except Exception as exc:
+                        return _video_reject("video_decode_error", _short(f"frame {decoded}: {exc}"), **known)
             decoded += 1
             if decoded > last_needed:
                 break
+        if time.monotonic() > deadline:
+            raise _VideoTimeout(f"timeout after decoding {decoded} frames")
         if decoded == 0:
             return _video_reject("video_decode_error", "no frame could be decoded", **known)
-        missing = needed - found
-        if missing:
+        if found < len(indices):
+            missing = min(i for i in indices if i >= decoded)
             return _video_reject(
                 "video_decode_error",
-                f"only {decoded} of {n_frames} frames decodable; missing sampled index {min(missing)}",
+                f"only {decoded} of {n_frames} frames decodable; missing sampled index {missing}",
                 **known,
             )
-        if rotation == 0 and frame_rotation:
-            rotation = _rotation_from_degrees(frame_rotation)
         disp_w, disp_h = (coded_h, coded_w) if rotation in (90, 270) else (coded_w, coded_h)
         return VideoResult(
             status="ok",

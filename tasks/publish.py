@@ -1,8 +1,11 @@
 """Publish stage: turn one subset's committed manifests into its Energon dataset, then record the shards.
 
-Reads the ok samples' records in line order, pulls their media from the content store by ``out_sha256``,
-and hands them to the shard writer, which publishes the dataset atomically. Then the ``shards`` table is
-written and each ``samples`` part gets its ``shard`` column filled.
+Reads the ok samples' records in line order and hands them to the shard writer with their media as
+:class:`~vlmforge.tasks.shards.MediaPart` (size and ``out_sha256`` from the ``media`` table, bytes read from
+the content store only when their shard is written, so a resumed publish skips finished shards without
+reading them). The writer publishes the dataset atomically. Then the ``shards`` table is written and each
+``samples`` part gets its ``shard`` column filled; a key that an earlier batch already used becomes a
+``duplicate_key`` reject there (within a batch, ``build_batch`` already rejects it).
 """
 
 from __future__ import annotations
@@ -10,9 +13,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -25,7 +28,7 @@ from vlmforge.tasks.manifests import (
     read_table,
     write_part,
 )
-from vlmforge.tasks.shards import ShardSample, write_energon_dataset, write_metadataset
+from vlmforge.tasks.shards import MediaPart, ShardSample, write_energon_dataset, write_metadataset
 from vlmforge.tasks.storage import ContentStore
 
 
@@ -36,61 +39,74 @@ class PublishResult:
     shards: int
     bytes: int
     path: str
+    #: shards kept from an interrupted earlier publish of the same samples (identical bytes)
+    reused_shards: int = 0
+    #: ok samples turned into ``duplicate_key`` rejects because an earlier batch already used their key
+    duplicates: int = 0
 
 
-def _shard_samples(layout: OutputLayout, subset: str) -> Iterator[ShardSample]:
+def _media_index(layout: OutputLayout, subset: str) -> dict[tuple[int, int], tuple[str, int]]:
+    """(line, index) -> (out_sha256, out_bytes) of every stored media part of ``subset``."""
+    media = read_table(layout, "media", subset)
+    return {
+        (ln, ix): (sha, size)
+        for ln, ix, sha, size in zip(
+            media["line"].to_pylist(),
+            media["index"].to_pylist(),
+            media["out_sha256"].to_pylist(),
+            media["out_bytes"].to_pylist(),
+            strict=True,
+        )
+        if sha and size is not None
+    }
+
+
+def _shard_samples(layout: OutputLayout, subset: str, duplicates: dict[int, str]) -> Iterator[ShardSample]:
+    """The subset's ok samples in line order, media as :class:`MediaPart` read from the store on demand.
+
+    A key already used by an earlier line (two batches whose ids sanitise alike) is not written: its line
+    goes into ``duplicates`` with a ``duplicate_key`` reason, as :func:`build_batch` does within a batch.
+    """
     samples = read_table(layout, "samples", subset)
     ok = samples.filter(pc.equal(samples["status"], "ok"))
     split_by_line = dict(zip(ok["line"].to_pylist(), ok["split"].to_pylist(), strict=True))
     store = ContentStore(layout.store)
+    media_index = _media_index(layout, subset)
+    first_line: dict[str, int] = {}
     for line, text in sorted(read_records(layout, subset)):
         split = split_by_line.get(line)
         if split is None:  # a record part from a batch whose samples part was replaced since
             continue
         doc = json.loads(text)
-        media: list[tuple[str, bytes]] = []
+        key = doc["vlmforge"]["key"]
+        if key in first_line:
+            duplicates[line] = f"duplicate_key: {key} already used by line {first_line[key]}"
+            continue
+        first_line[key] = line
+        media: list[MediaPart] = []
         for msg in doc["messages"]:
             for part in msg["content"]:
-                if part.get("type") in ("image", "video"):
-                    media.append((part["part"], store.get(_out_sha(layout, subset, line, part["index"]))))
-        yield ShardSample(key=doc["vlmforge"]["key"], split=split, json=doc, media=tuple(media))
-
-
-_OUT_SHA: dict[tuple[str, str], dict[tuple[int, int], str]] = {}
-
-
-def _out_sha(layout: OutputLayout, subset: str, line: int, index: int) -> str:
-    cache = _OUT_SHA.get((layout.out, subset))
-    if cache is None:
-        media = read_table(layout, "media", subset)
-        cache = {
-            (ln, ix): sha
-            for ln, ix, sha in zip(
-                media["line"].to_pylist(),
-                media["index"].to_pylist(),
-                media["out_sha256"].to_pylist(),
-                strict=True,
-            )
-            if sha
-        }
-        _OUT_SHA[(layout.out, subset)] = cache
-    return cache[(line, index)]
+                if isinstance(part, dict) and part.get("type") in ("image", "video"):
+                    sha, size = media_index[(line, part["index"])]
+                    media.append(
+                        MediaPart(name=part["part"], size=size, sha256=sha, load=partial(store.get, sha))
+                    )
+        yield ShardSample(key=key, split=split, json=doc, media=tuple(media))
 
 
 def publish_subset(
     layout: OutputLayout, subset: str, *, shard_max_bytes: int, shard_max_samples: int
 ) -> PublishResult:
     """Write ``energon/<subset>`` from the manifests; record shards and fill ``samples.shard``."""
-    _OUT_SHA.pop((layout.out, subset), None)
     dest = f"{layout.energon}/{subset}"
+    duplicates: dict[int, str] = {}
     result = write_energon_dataset(
-        _shard_samples(layout, subset),
+        _shard_samples(layout, subset, duplicates),
         Path(dest),
         subset=subset,
         shard_max_bytes=shard_max_bytes,
         shard_max_samples=shard_max_samples,
     )
-    _OUT_SHA.pop((layout.out, subset), None)
     shard_rows = [
         {
             "subset": subset,
@@ -105,13 +121,15 @@ def publish_subset(
     write_part(layout, "shards", subset, 0, shard_rows)
     shard_of_key = _shard_of_key(Path(dest))
     for path in layout.parts("samples", subset):
-        _fill_shards(layout, subset, path, shard_of_key)
+        _fill_shards(layout, subset, path, shard_of_key, duplicates)
     return PublishResult(
         subset=subset,
         samples=result.samples,
         shards=len(result.shards),
         bytes=sum(s.bytes for s in result.shards),
         path=dest,
+        reused_shards=result.reused_shards,
+        duplicates=len(duplicates),
     )
 
 
@@ -120,17 +138,34 @@ def _shard_of_key(dest: Path) -> dict[str, str]:
     return {key: entry["shard"] for entry in listing for key in entry["keys"]}
 
 
-def _fill_shards(layout: OutputLayout, subset: str, path: str, shard_of_key: dict[str, str]) -> None:
+def _fill_shards(
+    layout: OutputLayout, subset: str, path: str, shard_of_key: dict[str, str], duplicates: dict[int, str]
+) -> None:
     meta = part_metadata(layout, path) or {}
     with layout.fs.open(path, "rb") as f:
         tbl = pq.read_table(f)
-    keys = tbl["key"].to_pylist()
-    shards = pa.array([shard_of_key.get(k) if k else None for k in keys], pa.string())
-    if shards.equals(tbl["shard"].combine_chunks()):
-        return
-    rows = tbl.set_column(tbl.schema.get_field_index("shard"), "shard", shards).to_pylist()
-    fp = meta.get(FINGERPRINT_KEY)
+    rows = tbl.to_pylist()
     stats = json.loads(meta[STATS_KEY]) if STATS_KEY in meta else None
+    changed = False
+    for row in rows:
+        reason = duplicates.get(row["line"]) if row["status"] == "ok" else None
+        if reason is not None:
+            row.update(status="rejected", reason=reason, key=None, split=None)
+            changed = True
+            if stats is not None:  # keep the committed batch stats (read back on resume) consistent
+                stats["ok"] = stats.get("ok", 0) - 1
+                stats["rejected"] = stats.get("rejected", 0) + 1
+                for name, column in (("images", "n_images"), ("videos", "n_videos")):
+                    stats[name] = stats.get(name, 0) - (row[column] or 0)
+                for name in ("text_tokens", "visual_tokens"):
+                    stats[name] = stats.get(name, 0) - (row[name] or 0)
+        shard = shard_of_key.get(row["key"]) if row["key"] else None
+        if shard != row["shard"]:
+            row["shard"] = shard
+            changed = True
+    if not changed:
+        return
+    fp = meta.get(FINGERPRINT_KEY)
     write_part(
         layout,
         "samples",

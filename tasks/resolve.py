@@ -1,15 +1,19 @@
 """Resolve a sample's media reference to bytes.
 
 Order (first hit wins): each user media root, ``<subset>/<ref>``, ``<subset>/media/<ref>``, then members of
-the subset's ``media/shard_*.tar`` matched by normalised path. Tar members are read by offset, so a batch
-pulls only the members it references; symlink, hardlink and device members are never followed.
+the subset's ``media/shard_*.tar`` matched by normalised path. The subset folder and its tars may live on any
+fsspec filesystem (the catalog gives them as URLs; the release's ``storage_options`` come along).
+Tar members are read by offset, so a batch pulls only the members it references; symlink, hardlink and
+device members are never followed.
 """
 
 from __future__ import annotations
 
 import posixpath
 import tarfile
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from fsspec import AbstractFileSystem
 
@@ -37,8 +41,17 @@ class _Member:
 class MediaResolver:
     """Resolves references of one subset; reuse it for a whole batch (tar indexes are cached)."""
 
-    def __init__(self, subset_path: str, media_tars: tuple[str, ...] = (), media_roots: tuple[str, ...] = ()):
-        self.fs, self.subset_path = url_to_fs(subset_path)
+    def __init__(
+        self,
+        subset_path: str,
+        media_tars: tuple[str, ...] = (),
+        media_roots: tuple[str, ...] = (),
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+    ):
+        # The release's storage options (s3 endpoint, ...) apply to the subset folder and its tars; media
+        # roots are the user's own locations and open with fsspec's defaults.
+        self.fs, self.subset_path = url_to_fs(subset_path, **dict(storage_options or {}))
         self.roots = [url_to_fs(r) for r in media_roots]
         self.media_tars = media_tars
         self._tar_index: dict[str, _Member] | None = None
@@ -58,7 +71,7 @@ class MediaResolver:
                 return Resolved(source, hit)
         member = self._tars().get(rel)
         if member is not None:
-            with self.fs.open(member.tar, "rb") as f:
+            with self.fs.open(_path_of(self.fs, member.tar), "rb") as f:
                 f.seek(member.offset)
                 data = f.read(member.size)
             if len(data) != member.size:
@@ -70,7 +83,10 @@ class MediaResolver:
         if self._tar_index is None:
             index: dict[str, _Member] = {}
             for tar_path in self.media_tars:
-                with self.fs.open(tar_path, "rb") as f, tarfile.open(fileobj=f, mode="r|") as tf:
+                with (
+                    self.fs.open(_path_of(self.fs, tar_path), "rb") as f,
+                    tarfile.open(fileobj=f, mode="r|") as tf,
+                ):
                     for m in tf:
                         if not m.isreg():  # symlinks, hardlinks, devices: never followed
                             continue
@@ -80,6 +96,11 @@ class MediaResolver:
                         index.setdefault(name, _Member(tar_path, m.offset_data, m.size))
             self._tar_index = index
         return self._tar_index
+
+
+def _path_of(fs: AbstractFileSystem, url: str) -> str:
+    """A catalog path (plain when local, a URL such as ``s3://b/k`` otherwise) as a path of ``fs``."""
+    return str(fs._strip_protocol(url)) if "://" in url else url
 
 
 def _read_file(fs: AbstractFileSystem, folder: str, rel: str) -> bytes | None:

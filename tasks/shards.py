@@ -5,8 +5,8 @@ Layout of a published dataset ``dest`` (see docs energon-format.md §1, §11)::
     dest/
     ├── train-<subset>-000000.tar (+ .tar.idx)     # uncompressed, deterministic GNU tars
     ├── val-<subset>-000000.tar   (+ .tar.idx)     # only when the val split is non-empty
-    ├── vlmforge-shards.json                      # [{shard, split, samples, bytes, sha256, keys}]
-    └── .nv-meta/{.info.json, split.yaml, index.sqlite, index.uuid, dataset.yaml}
+    ├── vlmforge-shards.json                      # [{shard, split, samples, bytes, sha256, tokens, keys}]
+    └── .nv-meta/{.info.json, split.yaml, index.sqlite, index.uuid, dataset.yaml, dataset_psi<N>.yaml}
 
 Choices:
 
@@ -16,41 +16,68 @@ Choices:
   split: :func:`write_metadataset` lists a subset under ``val`` (or ``train``) only if its ``split.yaml``
   has that split.
 * ``dataset.yaml`` is the crude form (``CrudeWebdataset``), loadable with only megatron-energon installed;
-  cook with :mod:`vlmforge.energon`.
-* Tars are built with :mod:`tarfile` in GNU format (long names via ``././@LongLink``, never pax headers),
-  members ``<key>.json`` then the media parts in the given order, ``mtime=0``, ``uid=gid=0``, empty
-  user/group names, mode ``0o644``; the bytes depend only on the samples, so a rewrite gives
-  byte-identical shards.
-* Everything is built in ``dest.parent/.<dest.name>.staging`` and published with two renames; an interrupted
-  write leaves only that hidden folder, which the next call wipes.
+  cook with :mod:`vlmforge.energon`. ``dataset_psi<N>.yaml`` (N = 1, 2, 4, 8) are the same with
+  ``parallel_shard_iters: N``: a blend of many subsets picks one per leaf (``dataset_config:``) so a loader
+  worker keeps few tar handles open per subset (energon-format.md §8, issue #81; see :mod:`.mix`).
+* Tars are GNU format (long names via ``././@LongLink``, never pax headers), members ``<key>.json`` then
+  the media parts in the given order, ``mtime=0``, ``uid=gid=0``, empty user/group names, mode ``0o644``,
+  padded to 10 KiB records exactly like :mod:`tarfile`; the bytes depend only on the samples, so a rewrite,
+  a resumed write or another machine gives byte-identical shards.
+* Shards roll over by bytes (``shard_max_bytes``, the tar's size without the final record padding) and by
+  samples (``shard_max_samples``); a sample larger than ``shard_max_bytes`` gets a shard of its own.
+* Media may be given as bytes or as :class:`MediaPart` (size + sha256 + a loader): the latter is read only
+  when its shard is written, so a resumed write skips finished shards without reading their media.
+
+Atomicity and resume: everything is built in ``dest.parent/.<dest.name>.staging``. Each finished shard is
+fsynced (on a helper thread while the next shard is written) and then recorded in
+``.vlmforge-journal.jsonl`` there (name, keys, size, sha256 and a fingerprint of the samples: keys, json
+bytes, media names, sizes and sha256). A later call with the same
+subset and shard limits keeps a recorded shard when the same samples arrive for it again and writes the
+rest; anything else in the staging folder is discarded. Then Energon's prepare runs on the staging folder
+and the folder is swapped into place in one ``renameat2(RENAME_EXCHANGE)`` (two renames where that is not
+available; a leftover ``.<dest.name>.old`` is put back by the next call). A loader never sees a partial
+dataset: ``dest`` is the previous complete dataset or the new complete one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import hashlib
-import io
 import json
 import os
+import queue
 import re
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
+from vlmforge.tasks.errors import ConfigError
+
 __all__ = [
     "DATASET_YAML",
+    "JOURNAL_NAME",
     "MANIFEST_NAME",
+    "PSI_CONFIGS",
     "DatasetResult",
     "DuplicateKeyError",
     "EnergonPrepareError",
+    "MediaPart",
     "ShardInfo",
     "ShardSample",
+    "dataset_splits",
+    "default_prepare_workers",
+    "ensure_dataset_config",
     "expected_keys",
+    "file_sha256",
+    "parse_size",
     "read_manifest",
     "sanitize_key",
     "split_for_key",
@@ -61,11 +88,19 @@ __all__ = [
 Split = Literal["train", "val"]
 SPLITS: tuple[Split, ...] = ("train", "val")
 MANIFEST_NAME = "vlmforge-shards.json"
+JOURNAL_NAME = ".vlmforge-journal.jsonl"
 DATASET_YAML = "__module__: megatron.energon\n__class__: CrudeWebdataset\n"
-_TAR_FORMAT = tarfile.GNU_FORMAT
+#: ``parallel_shard_iters`` values with a ready ``.nv-meta/dataset_psi<N>.yaml`` in every dataset.
+PSI_CONFIGS = (1, 2, 4, 8)
+#: Bump when the bytes written for the same samples change: it invalidates resume journals.
+_FORMAT_VERSION = 2
 _BLOCK = tarfile.BLOCKSIZE  # 512
-_LENGTH_NAME = 100  # tarfile.LENGTH_NAME: longer names need a ././@LongLink member in GNU format
+_RECORD = tarfile.RECORDSIZE  # 10240: tarfile pads the archive to a multiple of this
 _KEY_RE = re.compile(r"[^A-Za-z0-9_-]+")
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:([kmgtp])(i?)b?|b)?\s*$", re.IGNORECASE)
+_SIZE_POWER = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
+_WRITE_BUFFER = 1 << 20
+_SMALL_WRITE = 1 << 16
 
 
 class DuplicateKeyError(ValueError):
@@ -76,14 +111,60 @@ class EnergonPrepareError(RuntimeError):
     """megatron-energon's prepare failed (it calls ``sys.exit`` on duplicate keys) or disagrees with us."""
 
 
+def parse_size(text: str | int) -> int:
+    """Bytes from a size such as ``1GB``, ``512MiB``, ``1.5G``, ``700kb`` or ``4096`` (plain bytes).
+
+    Decimal units (``KB``, ``MB``, ``GB``, ``TB``, ``PB``, with or without ``B``) are powers of 1000, binary
+    units (``KiB``, ``MiB``, ...) powers of 1024, case-insensitive. Raises :class:`ConfigError` with the
+    accepted forms otherwise (also for zero).
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        value: float = text
+    else:
+        match = _SIZE_RE.match(str(text))
+        if not match:
+            raise ConfigError(
+                f"invalid size {text!r}: use a number with an optional unit, e.g. 1GB, 512MiB, 1.5G, 4096"
+            )
+        number, unit, binary = match.group(1), (match.group(2) or "").lower(), bool(match.group(3))
+        value = float(number) * (1024 if binary else 1000) ** _SIZE_POWER[unit]
+    if value < 1:
+        raise ConfigError(f"invalid size {text!r}: must be at least 1 byte")
+    return int(value)
+
+
+def _sha256(data: bytes | bytearray | memoryview) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class MediaPart:
+    """A media part whose bytes are read only when its shard is written.
+
+    ``size`` and ``sha256`` describe the bytes ``load()`` returns (a mismatch in size aborts the write);
+    they identify the part in the resume journal, so a finished shard is kept without reading its media.
+    """
+
+    name: str
+    size: int
+    sha256: str
+    load: Callable[[], bytes] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_bytes(cls, name: str, data: bytes) -> MediaPart:
+        payload = bytes(data)
+        return cls(name=name, size=len(payload), sha256=_sha256(payload), load=lambda: payload)
+
+
 @dataclass(frozen=True)
 class ShardSample:
-    """One sample to write. ``key`` must already be sanitised (no dots); ``media`` parts are (name, bytes)."""
+    """One sample to write. ``key`` must already be sanitised (no dots); ``media`` parts are ``(name, bytes)``
+    pairs or :class:`MediaPart`, in order of appearance (``0.jpg``, ``1.png``, ``2.mp4``, ...)."""
 
     key: str
     split: Split
     json: dict[str, Any]
-    media: tuple[tuple[str, bytes], ...] = ()
+    media: tuple[tuple[str, bytes] | MediaPart, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -93,6 +174,8 @@ class ShardInfo:
     samples: int
     bytes: int
     sha256: str
+    #: Sum of ``json.vlmforge.total_tokens`` over the shard's samples (None when a sample has none).
+    tokens: int | None = None
 
 
 @dataclass
@@ -100,6 +183,8 @@ class DatasetResult:
     path: Path
     shards: list[ShardInfo] = field(default_factory=list)
     samples: int = 0
+    #: Shards kept from an interrupted earlier write (same samples, so the same bytes) instead of rewritten.
+    reused_shards: int = 0
 
     def split_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -123,30 +208,7 @@ def _encode_json(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
-def _validate_sample(sample: ShardSample) -> None:
-    if not sample.key or "." in sample.key or "/" in sample.key:
-        raise ValueError(f"invalid sample key {sample.key!r}: must be non-empty without '.' or '/'")
-    if sample.split not in SPLITS:
-        raise ValueError(f"sample {sample.key!r}: invalid split {sample.split!r}")
-    seen = {"json"}
-    for name, data in sample.media:
-        if not name or "/" in name or name in seen:
-            raise ValueError(f"sample {sample.key!r}: invalid or repeated part name {name!r}")
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise TypeError(f"sample {sample.key!r}: part {name!r} is not bytes")
-        seen.add(name)
-
-
-def _member_bytes(name: str, size: int) -> int:
-    """Bytes a regular member occupies in a GNU tar (header, optional long-name record, padded data)."""
-    total = _BLOCK + -(-size // _BLOCK) * _BLOCK
-    encoded = len(name.encode("utf-8"))
-    if encoded >= _LENGTH_NAME:
-        total += _BLOCK + -(-(encoded + 1) // _BLOCK) * _BLOCK
-    return total
-
-
-def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
+def _tar_header(name: str, size: int) -> bytes:
     info = tarfile.TarInfo(name)
     info.size = size
     info.mtime = 0
@@ -154,75 +216,406 @@ def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
     info.uid = info.gid = 0
     info.uname = info.gname = ""
     info.type = tarfile.REGTYPE
-    return info
+    return info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape")
+
+
+def _padded(size: int) -> int:
+    return -(-size // _BLOCK) * _BLOCK
+
+
+@dataclass
+class _Prepared:
+    """A validated sample with its tar headers, byte count and identity digest (no media bytes loaded)."""
+
+    key: str
+    json: bytes
+    parts: list[MediaPart]
+    headers: list[bytes]
+    nbytes: int
+    digest: bytes
+    tokens: int | None
+
+
+def _prepare(sample: ShardSample) -> _Prepared:
+    key = sample.key
+    if not isinstance(key, str) or not key or "." in key or "/" in key:
+        raise ValueError(f"invalid sample key {key!r}: must be non-empty without '.' or '/'")
+    if sample.split not in SPLITS:
+        raise ValueError(f"sample {key!r}: invalid split {sample.split!r}")
+    parts: list[MediaPart] = []
+    seen = {"json"}
+    for item in sample.media:
+        if isinstance(item, MediaPart):
+            part = item
+        else:
+            name, data = item
+            if not isinstance(data, bytes | bytearray | memoryview):
+                raise TypeError(f"sample {key!r}: part {name!r} is not bytes")
+            part = MediaPart.from_bytes(name, bytes(data))
+        if not part.name or "/" in part.name or part.name in seen:
+            raise ValueError(f"sample {key!r}: invalid or repeated part name {part.name!r}")
+        if part.size < 0:
+            raise ValueError(f"sample {key!r}: part {part.name!r} has a negative size")
+        seen.add(part.name)
+        parts.append(part)
+    payload = _encode_json(sample.json)
+    headers = [_tar_header(f"{key}.json", len(payload))]
+    headers += [_tar_header(f"{key}.{part.name}", part.size) for part in parts]
+    nbytes = sum(map(len, headers)) + _padded(len(payload)) + sum(_padded(p.size) for p in parts)
+    digest = hashlib.sha256()
+    digest.update(f"{key}\0{len(payload)}\0".encode())
+    digest.update(payload)
+    for part in parts:
+        digest.update(f"\0{part.name}\0{part.size}\0{part.sha256}".encode())
+    meta = sample.json.get("vlmforge") if isinstance(sample.json, dict) else None
+    tokens = meta.get("total_tokens") if isinstance(meta, dict) else None
+    return _Prepared(
+        key=key,
+        json=payload,
+        parts=parts,
+        headers=headers,
+        nbytes=nbytes,
+        digest=digest.digest(),
+        tokens=tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None,
+    )
+
+
+class _Hasher:
+    """sha256 of a byte stream on a helper thread (hashlib releases the GIL), so hashing overlaps writing."""
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=16)
+        self._thread = threading.Thread(target=self._run, name="vlmforge-shard-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (chunk := self._queue.get()) is not None:
+            self._hash.update(chunk)
+
+    def update(self, chunk: bytes) -> None:
+        self._queue.put(chunk)
+
+    def hexdigest(self) -> str:
+        self._queue.put(None)
+        self._thread.join()
+        return self._hash.hexdigest()
+
+    def abort(self) -> None:
+        self._queue.put(None)
+
+
+class _TarOut:
+    """A shard being written: GNU tar bytes out, sha256 of what was written, tarfile-identical padding.
+
+    Headers and padding are gathered into chunks of ~1 MiB; media bytes go out as they are. Each chunk is
+    written with plain ``write`` calls and handed to a :class:`_Hasher`.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.handle = path.open("wb", buffering=0)
+        self.hasher = _Hasher()
+        self.offset = 0
+        self._small = bytearray()
+
+    def _write(self, data: bytes) -> None:
+        self.offset += len(data)
+        if len(data) < _SMALL_WRITE:
+            self._small += data
+            if len(self._small) >= _WRITE_BUFFER:
+                self._flush_small()
+        else:
+            self._flush_small()
+            self._emit(data)
+
+    def _flush_small(self) -> None:
+        if self._small:
+            chunk, self._small = bytes(self._small), bytearray()
+            self._emit(chunk)
+
+    def _emit(self, chunk: bytes) -> None:
+        self.hasher.update(chunk)
+        view = memoryview(chunk)
+        while view:
+            written = self.handle.write(view)
+            view = view[written or 0 :]
+
+    def add(self, sample: _Prepared) -> None:
+        self._member(sample.headers[0], sample.json, None)
+        for header, part in zip(sample.headers[1:], sample.parts, strict=True):
+            self._member(header, part.load(), part)
+
+    def _member(self, header: bytes, data: bytes, part: MediaPart | None) -> None:
+        if part is not None and len(data) != part.size:
+            raise OSError(
+                f"{self.path.name}: media part {part.name!r} (sha256 {part.sha256[:12]}…) has {len(data)} "
+                f"bytes, {part.size} were announced"
+            )
+        self._write(header)
+        self._write(data)
+        pad = -len(data) % _BLOCK
+        if pad:
+            self._write(b"\0" * pad)
+
+    def finish(self) -> tuple[int, str]:
+        """End-of-archive marker and record padding (as ``tarfile.TarFile.close``); the handle stays open
+        for the :class:`_Syncer` to fsync and close."""
+        self._write(b"\0" * (2 * _BLOCK))
+        remainder = self.offset % _RECORD
+        if remainder:
+            self._write(b"\0" * (_RECORD - remainder))
+        self._flush_small()
+        return self.offset, self.hasher.hexdigest()
+
+    def abort(self) -> None:
+        self.hasher.abort()
+        self.handle.close()
+
+
+class _Journal:
+    """Append-only record of finished shards in the staging folder (one JSON object per line)."""
+
+    def __init__(self, path: Path, header: dict[str, Any], fsync: bool) -> None:
+        self.path, self.header, self.fsync = path, header, fsync
+        self.entries: dict[str, dict[str, Any]] = {}
+
+    @classmethod
+    def load(cls, path: Path, header: dict[str, Any], fsync: bool) -> _Journal | None:
+        """The journal at ``path`` when its header matches ``header``, else None."""
+        try:
+            lines = path.read_bytes().split(b"\n")
+            if json.loads(lines[0]) != header:
+                return None
+        except (OSError, ValueError, IndexError):
+            return None
+        journal = cls(path, header, fsync)
+        for line in lines[1:]:
+            try:
+                entry = json.loads(line)
+            except ValueError:  # a line cut short by a kill: that shard was not recorded
+                break
+            if isinstance(entry, dict) and isinstance(entry.get("shard"), str):
+                journal.entries[entry["shard"]] = entry
+        return journal
+
+    def create(self) -> None:
+        self._append(self.header, mode="wb")
+
+    def record(self, entry: dict[str, Any]) -> None:
+        self._append(entry, mode="ab")
+        self.entries[entry["shard"]] = entry
+
+    def _append(self, obj: dict[str, Any], mode: str) -> None:
+        with self.path.open(mode) as handle:
+            handle.write(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode() + b"\n")
+            handle.flush()
+            if self.fsync:
+                os.fsync(handle.fileno())
+
+
+class _Syncer:
+    """Makes finished shards durable and records them in the journal, in order, on a helper thread, so the
+    next shard is written while the previous one is fsynced (the journal only ever names durable shards).
+    Without ``fsync`` it closes and records at once."""
+
+    def __init__(self, journal: _Journal, fsync: bool) -> None:
+        self.journal, self.fsync = journal, fsync
+        self._error: BaseException | None = None
+        self._queue: queue.Queue[tuple[Any, dict[str, Any]] | None] = queue.Queue(maxsize=4)
+        self._thread: threading.Thread | None = None
+        if fsync:
+            self._thread = threading.Thread(target=self._run, name="vlmforge-shard-fsync", daemon=True)
+            self._thread.start()
+
+    def _commit(self, handle: Any, entry: dict[str, Any]) -> None:
+        try:
+            if self.fsync:
+                os.fsync(handle.fileno())
+        finally:
+            handle.close()
+        self.journal.record(entry)
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            handle, entry = item
+            if self._error is not None:
+                handle.close()
+                continue
+            try:
+                self._commit(handle, entry)
+            except BaseException as exc:  # reported by drain()
+                self._error = exc
+
+    def submit(self, handle: Any, entry: dict[str, Any]) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._thread is None:
+            self._commit(handle, entry)
+        else:
+            self._queue.put((handle, entry))
+
+    def drain(self) -> None:
+        """Wait until every submitted shard is durable and recorded; re-raise a failure."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            raise self._error
+
+
+@dataclass
+class _Done:
+    shard: str
+    split: Split
+    keys: list[str]
+    bytes: int
+    sha256: str
+    tokens: int | None
+    reused: bool
 
 
 class _ShardWriter:
-    """Writes ``{split}-{subset}-{n:06d}.tar`` shards for one split, rolling by bytes and sample count."""
+    """Writes ``{split}-{subset}-{n:06d}.tar`` shards for one split, rolling by bytes and sample count.
 
-    def __init__(self, root: Path, split: Split, subset: str, max_bytes: int, max_samples: int) -> None:
+    A shard recorded in the journal is first *verified*: incoming samples are only remembered (media not
+    loaded) while their keys follow the recorded ones; if the shard ends with the recorded count and
+    fingerprint and its file is intact it is kept, otherwise the remembered samples are written after all.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        split: Split,
+        subset: str,
+        max_bytes: int,
+        max_samples: int,
+        journal: _Journal,
+        syncer: _Syncer,
+    ) -> None:
         self.root, self.split, self.subset = root, split, subset
         self.max_bytes, self.max_samples = max_bytes, max_samples
+        self.journal, self.syncer = journal, syncer
         self.index = 0
-        self.tar: tarfile.TarFile | None = None
-        self.name = ""
-        self.count = 0
-        self.size = 0
-        self.done: list[tuple[str, list[tuple[str, list[str]]]]] = []  # (shard, [(key, member names)])
-        self._members: list[tuple[str, list[str]]] = []
+        self.done: list[_Done] = []
+        self.diverged = False  # once a recorded shard did not match, later ones are written directly
+        self._open = False
+        self._name = ""
+        self._out: _TarOut | None = None
+        self._buffer: list[_Prepared] = []
+        self._keys: list[str] = []
+        self._size = 0
+        self._tokens: int | None = 0
+        self._fingerprint = hashlib.sha256()
 
-    def write(self, key: str, members: list[tuple[str, bytes]]) -> None:
-        sample_bytes = sum(_member_bytes(name, len(data)) for name, data in members)
-        # + the 2-block end-of-archive marker; tarfile also pads the file to a 10 KiB record, so a shard can
+    def add(self, sample: _Prepared) -> None:
+        # + the 2-block end-of-archive marker; the 10 KiB record padding is not counted, so a shard can
         # exceed max_bytes by < 10 KiB (and a single sample larger than max_bytes gets a shard of its own).
-        if self.tar is not None and (
-            self.count >= self.max_samples or self.size + sample_bytes + 2 * _BLOCK > self.max_bytes
+        if self._open and (
+            len(self._keys) >= self.max_samples or self._size + sample.nbytes + 2 * _BLOCK > self.max_bytes
         ):
             self.close()
-        if self.tar is None:
-            self.name = f"{self.split}-{self.subset}-{self.index:06d}.tar"
-            self.index += 1
-            self.tar = tarfile.open(self.root / self.name, "w", format=_TAR_FORMAT)  # noqa: SIM115
-            self.count = self.size = 0
-            self._members = []
-        for name, data in members:
-            self.tar.addfile(_tarinfo(name, len(data)), io.BytesIO(data))
-        self.count += 1
-        self.size += sample_bytes
-        self._members.append((key, [name for name, _ in members]))
+        if not self._open:
+            self._start()
+        recorded = None if self._out is not None else self.journal.entries.get(self._name)
+        if recorded is not None:
+            keys = recorded.get("keys") or []
+            if len(self._keys) < len(keys) and keys[len(self._keys)] == sample.key:
+                self._buffer.append(sample)
+            else:
+                self._write_buffered()
+        if self._out is not None:
+            self._out.add(sample)
+        self._keys.append(sample.key)
+        self._size += sample.nbytes
+        self._fingerprint.update(sample.digest)
+        self._tokens = None if self._tokens is None or sample.tokens is None else self._tokens + sample.tokens
+
+    def _start(self) -> None:
+        self._name = f"{self.split}-{self.subset}-{self.index:06d}.tar"
+        self.index += 1
+        self._open = True
+        self._keys, self._buffer, self._size, self._tokens = [], [], 0, 0
+        self._fingerprint = hashlib.sha256()
+        if self.diverged or self._name not in self.journal.entries:
+            self._out = _TarOut(self.root / self._name)
+
+    def _write_buffered(self) -> None:
+        """Stop verifying the current shard: write it from its remembered samples."""
+        self.diverged = True
+        self._out = _TarOut(self.root / self._name)
+        for sample in self._buffer:
+            self._out.add(sample)
+        self._buffer = []
 
     def close(self) -> None:
-        if self.tar is not None:
-            self.tar.close()
-            self.done.append((self.name, self._members))
-            self.tar = None
-            self._members = []
+        if not self._open:
+            return
+        fingerprint = self._fingerprint.hexdigest()
+        if self._out is None:  # verifying a recorded shard
+            entry = self.journal.entries[self._name]
+            path = self.root / self._name
+            if (
+                entry.get("keys") == self._keys
+                and entry.get("fingerprint") == fingerprint
+                and path.is_file()
+                and path.stat().st_size == entry.get("bytes")
+            ):
+                self.done.append(
+                    _Done(
+                        self._name,
+                        self.split,
+                        self._keys,
+                        entry["bytes"],
+                        entry["sha256"],
+                        self._tokens,
+                        True,
+                    )
+                )
+                self._open, self._buffer = False, []
+                return
+            self._write_buffered()
+        assert self._out is not None
+        size, sha = self._out.finish()
+        handle, self._out = self._out.handle, None
+        entry = {
+            "shard": self._name,
+            "keys": self._keys,
+            "bytes": size,
+            "sha256": sha,
+            "fingerprint": fingerprint,
+        }
+        self.syncer.submit(handle, entry)
+        self.done.append(_Done(self._name, self.split, self._keys, size, sha, self._tokens, False))
+        self._open = False
+
+    def abort(self) -> None:
+        if self._out is not None:
+            self._out.abort()
+            self._out = None
+        self._open = False
 
 
-def _check_tar(path: Path, expected: list[tuple[str, list[str]]]) -> None:
-    """Re-open a written shard and compare its members with what was written."""
-    names: list[str] = []
+def _check_tar(path: Path, expected: list[str]) -> None:
+    """Re-open a written shard and check its members form exactly the expected samples, in order."""
+    keys: list[str] = []
     with tarfile.open(path, "r:") as tar:
         for member in tar:
             if not member.isreg():
                 raise EnergonPrepareError(f"{path.name}: unexpected non-file member {member.name!r}")
-            names.append(member.name)
-    wanted = [name for _key, parts in expected for name in parts]
-    if names != wanted:
+            key = member.name.split(".", 1)[0]
+            if not keys or keys[-1] != key:
+                keys.append(key)
+    if keys != expected:
+        first = next((i for i, (a, b) in enumerate(zip(keys, expected, strict=False)) if a != b), len(keys))
         raise EnergonPrepareError(
-            f"{path.name}: re-read {len(names)} members, wrote {len(wanted)} (first difference at "
-            f"{next((i for i, (a, b) in enumerate(zip(names, wanted, strict=False)) if a != b), len(names))})"
+            f"{path.name}: re-read {len(keys)} samples, wrote {len(expected)} (first difference at {first})"
         )
-    keys: list[str] = []
-    for name in names:
-        key = name.split(".", 1)[0]
-        if not keys or keys[-1] != key:
-            keys.append(key)
-    if keys != [key for key, _parts in expected]:
-        raise EnergonPrepareError(f"{path.name}: re-read {len(keys)} samples, wrote {len(expected)}")
 
 
-def _sha256_file(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, read in 1 MiB chunks."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -237,12 +630,41 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
-def _run_prepare(root: Path, tar_names: list[str], patterns: Sequence[tuple[str, str]]) -> None:
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two existing paths (Linux ``renameat2(RENAME_EXCHANGE)``); False if unsupported."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    return int(renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)) == 0
+
+
+def default_prepare_workers(n_tars: int) -> int:
+    """Processes for Energon's prepare: one per CPU, at most one per shard, at most 8."""
+    return max(1, min(n_tars, os.cpu_count() or 1, 8))
+
+
+def _run_prepare(root: Path, tar_names: list[str], patterns: Sequence[tuple[str, str]], workers: int) -> None:
     from megatron.energon import BaseWebdatasetFactory
 
     try:
         BaseWebdatasetFactory.prepare_dataset(
-            root, tar_names, split_parts_patterns=list(patterns), shuffle_seed=None, workers=1
+            root, tar_names, split_parts_patterns=list(patterns), shuffle_seed=None, workers=workers
         )
     except SystemExit as exc:  # energon calls sys.exit(1) on duplicate keys
         raise EnergonPrepareError(
@@ -252,6 +674,68 @@ def _run_prepare(root: Path, tar_names: list[str], patterns: Sequence[tuple[str,
         raise EnergonPrepareError(f"megatron-energon prepare failed for {root}: {exc}") from exc
 
 
+def _psi_yaml(parallel_shard_iters: int) -> str:
+    return DATASET_YAML + f"parallel_shard_iters: {parallel_shard_iters}\n"
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def ensure_dataset_config(dataset: Path, parallel_shard_iters: int) -> str | None:
+    """The ``dataset_config`` name that loads ``dataset`` with at most ``parallel_shard_iters`` open shards
+    per loader worker (None for Energon's default of 16: plain ``dataset.yaml``).
+
+    Datasets written by :func:`write_energon_dataset` ship ``dataset_psi{1,2,4,8}.yaml``; any other value is
+    written on demand (atomically; the content depends only on the value).
+    """
+    if parallel_shard_iters < 1:
+        raise ValueError("parallel_shard_iters must be positive")
+    if parallel_shard_iters >= 16:
+        return None
+    name = f"dataset_psi{parallel_shard_iters}.yaml"
+    path = Path(dataset) / ".nv-meta" / name
+    text = _psi_yaml(parallel_shard_iters)
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        _write_text_atomic(path, text)
+    return name
+
+
+def _journal_header(subset: str, max_bytes: int, max_samples: int) -> dict[str, Any]:
+    return {"format": _FORMAT_VERSION, "subset": subset, "max_bytes": max_bytes, "max_samples": max_samples}
+
+
+def _open_staging(staging: Path, header: dict[str, Any], resume: bool, fsync: bool) -> _Journal:
+    """The journal of a resumable staging folder (emptied of what it does not record), or a fresh one."""
+    journal_path = staging / JOURNAL_NAME
+    journal = _Journal.load(journal_path, header, fsync) if resume and staging.is_dir() else None
+    if journal is None:
+        _remove(staging)
+        staging.mkdir()
+        journal = _Journal(journal_path, header, fsync)
+        journal.create()
+        return journal
+    keep = set(journal.entries) | {JOURNAL_NAME}
+    for path in staging.iterdir():  # partial shards, a killed prepare's .nv-meta / .tar.idx, the manifest
+        if path.name not in keep:
+            _remove(path)
+    return journal
+
+
+def _recover_old(dest: Path, old: Path) -> None:
+    """Undo a publish interrupted between its two renames (only on filesystems without RENAME_EXCHANGE)."""
+    if old.is_dir() and not dest.exists() and (old / ".nv-meta" / ".info.json").is_file():
+        os.replace(old, dest)
+    _remove(old)
+
+
 def write_energon_dataset(
     samples: Iterable[ShardSample],
     dest: Path,
@@ -259,12 +743,21 @@ def write_energon_dataset(
     subset: str,
     shard_max_bytes: int = 1_000_000_000,
     shard_max_samples: int = 10_000,
+    fsync: bool = True,
+    resume: bool = True,
+    prepare_workers: int | None = None,
 ) -> DatasetResult:
     """Write ``samples`` as a prepared Energon dataset at ``dest`` (replacing it atomically).
 
+    ``fsync`` makes every shard durable before it is recorded as finished (and the publish rename after
+    it); ``resume`` keeps the finished shards of an interrupted earlier call with the same ``subset`` and
+    limits when the same samples arrive for them again (see the module docstring). ``prepare_workers`` is
+    the process count of Energon's prepare (default :func:`default_prepare_workers`).
+
     Raises :class:`DuplicateKeyError` on a repeated key, :class:`ValueError` on an invalid sample or an
     empty input (an Energon dataset needs at least one shard), :class:`EnergonPrepareError` if Energon's
-    prepare step fails or its counts disagree with what was written.
+    prepare step fails or its counts disagree with what was written; after these the staging folder is
+    removed. Any other exception (an I/O error, an interrupt) leaves it in place for the next call to resume.
     """
     if not subset or _KEY_RE.search(subset):
         raise ValueError(f"invalid subset name {subset!r}")
@@ -274,71 +767,105 @@ def write_energon_dataset(
     staging = dest.parent / f".{dest.name}.staging"
     old = dest.parent / f".{dest.name}.old"
     dest.parent.mkdir(parents=True, exist_ok=True)
-    _remove(staging)
-    staging.mkdir()
+    _recover_old(dest, old)
+    header = _journal_header(subset, shard_max_bytes, shard_max_samples)
+    journal = _open_staging(staging, header, resume, fsync)
     try:
-        result = _build(samples, staging, subset, shard_max_bytes, shard_max_samples)
-    except BaseException:
+        result = _build(
+            samples, staging, subset, shard_max_bytes, shard_max_samples, journal, fsync, prepare_workers
+        )
+    except (ValueError, TypeError, EnergonPrepareError):  # the same input would fail the same way again
         shutil.rmtree(staging, ignore_errors=True)
         raise
-
-    # Publish: dest -> .old, staging -> dest, drop .old.
-    _remove(old)
-    if dest.exists() or dest.is_symlink():
-        os.replace(dest, old)
-    os.replace(staging, dest)
-    _remove(old)
+    (staging / JOURNAL_NAME).unlink()
+    if fsync:
+        _fsync_dir(staging)
+    if dest.exists() and _exchange(staging, dest):
+        _remove(staging)  # now the previous version
+    else:
+        if dest.exists() or dest.is_symlink():
+            os.replace(dest, old)
+        os.replace(staging, dest)
+        _remove(old)
+    if fsync:
+        _fsync_dir(dest.parent)
     result.path = dest
     return result
 
 
 def _build(
-    samples: Iterable[ShardSample], root: Path, subset: str, max_bytes: int, max_samples: int
+    samples: Iterable[ShardSample],
+    root: Path,
+    subset: str,
+    max_bytes: int,
+    max_samples: int,
+    journal: _Journal,
+    fsync: bool,
+    prepare_workers: int | None,
 ) -> DatasetResult:
-    writers = {split: _ShardWriter(root, split, subset, max_bytes, max_samples) for split in SPLITS}
+    syncer = _Syncer(journal, fsync)
+    writers = {
+        split: _ShardWriter(root, split, subset, max_bytes, max_samples, journal, syncer) for split in SPLITS
+    }
     seen: set[str] = set()
     try:
         for sample in samples:
-            _validate_sample(sample)
-            if sample.key in seen:
-                raise DuplicateKeyError(f"duplicate sample key {sample.key!r} in subset {subset!r}")
-            seen.add(sample.key)
-            members = [(f"{sample.key}.json", _encode_json(sample.json))]
-            members += [(f"{sample.key}.{name}", bytes(data)) for name, data in sample.media]
-            writers[sample.split].write(sample.key, members)
-    finally:
+            prepared = _prepare(sample)
+            if prepared.key in seen:
+                raise DuplicateKeyError(f"duplicate sample key {prepared.key!r} in subset {subset!r}")
+            seen.add(prepared.key)
+            writers[sample.split].add(prepared)
         for writer in writers.values():
             writer.close()
+        syncer.drain()
+    except BaseException:
+        for writer in writers.values():
+            writer.abort()
+        # finished shards still become durable and recorded (the next call resumes from them); the
+        # original error is the one to report
+        with contextlib.suppress(Exception):
+            syncer.drain()
+        raise
     if not seen:
         raise ValueError(f"subset {subset!r} has no samples; an Energon dataset needs at least one shard")
 
-    written = [(split, name, members) for split in SPLITS for name, members in writers[split].done]
-    tar_names = [name for _split, name, _members in written]
+    done = [item for split in SPLITS for item in writers[split].done]
+    tar_names = [item.shard for item in done]
+    for path in root.iterdir():  # shards of a longer interrupted attempt
+        if path.name.endswith(".tar") and path.name not in tar_names:
+            _remove(path)
     patterns = [(split, rf"{split}-.*") for split in SPLITS if writers[split].done]
-    _run_prepare(root, tar_names, patterns)
+    _run_prepare(root, tar_names, patterns, prepare_workers or default_prepare_workers(len(tar_names)))
     meta = root / ".nv-meta"
     (meta / "dataset.yaml").write_text(DATASET_YAML, encoding="utf-8")
+    for psi in PSI_CONFIGS:
+        (meta / f"dataset_psi{psi}.yaml").write_text(_psi_yaml(psi), encoding="utf-8")
 
     info = json.loads((meta / ".info.json").read_text(encoding="utf-8"))
     shard_counts: dict[str, int] = info.get("shard_counts", {})
+    if list(shard_counts) != tar_names:
+        raise EnergonPrepareError(f"energon indexed {sorted(shard_counts)}, expected {tar_names}")
     result = DatasetResult(path=root)
     manifest: list[dict[str, Any]] = []
-    for split, name, shard_members in written:
-        path = root / name
-        _check_tar(path, shard_members)
-        if shard_counts.get(name) != len(shard_members):
+    for item in done:
+        path = root / item.shard
+        _check_tar(path, item.keys)
+        if shard_counts[item.shard] != len(item.keys):
             raise EnergonPrepareError(
-                f"{name}: energon counted {shard_counts.get(name)} samples, {len(shard_members)} were written"
+                f"{item.shard}: energon counted {shard_counts[item.shard]} samples, "
+                f"{len(item.keys)} were written"
             )
         shard = ShardInfo(
-            shard=name,
-            split=split,
-            samples=len(shard_members),
-            bytes=path.stat().st_size,
-            sha256=_sha256_file(path),
+            shard=item.shard,
+            split=item.split,
+            samples=len(item.keys),
+            bytes=item.bytes,
+            sha256=item.sha256,
+            tokens=item.tokens,
         )
         result.shards.append(shard)
         result.samples += shard.samples
+        result.reused_shards += item.reused
         manifest.append(
             {
                 "shard": shard.shard,
@@ -346,11 +873,10 @@ def _build(
                 "samples": shard.samples,
                 "bytes": shard.bytes,
                 "sha256": shard.sha256,
-                "keys": [key for key, _parts in shard_members],
+                "tokens": shard.tokens,
+                "keys": item.keys,
             }
         )
-    if set(shard_counts) != set(tar_names):
-        raise EnergonPrepareError(f"energon indexed {sorted(shard_counts)}, expected {tar_names}")
     (root / MANIFEST_NAME).write_text(
         json.dumps(manifest, ensure_ascii=False, indent=1, sort_keys=True) + "\n", encoding="utf-8"
     )
@@ -373,16 +899,16 @@ def expected_keys(dataset: Path) -> dict[str, list[str]]:
     return out
 
 
-def _dataset_splits(dataset: Path) -> set[str]:
+def dataset_splits(dataset: Path) -> set[str]:
     """Splits with at least one shard in ``.nv-meta/split.yaml``."""
-    data = yaml.safe_load((dataset / ".nv-meta" / "split.yaml").read_text(encoding="utf-8")) or {}
+    data = yaml.safe_load((Path(dataset) / ".nv-meta" / "split.yaml").read_text(encoding="utf-8")) or {}
     parts = data.get("split_parts") or {}
     return {split for split, shards in parts.items() if shards}
 
 
 def _iter_blend(energon_root: Path, subsets: dict[str, float], split: str) -> Iterator[dict[str, Any]]:
     for subset in sorted(subsets):
-        if split in _dataset_splits(energon_root / subset):
+        if split in dataset_splits(energon_root / subset):
             weight = subsets[subset]
             entry: dict[str, Any] = {"weight": weight} if split == "train" else {}
             entry["path"] = f"./{subset}"
@@ -417,12 +943,5 @@ def write_metadataset(energon_root: Path, subsets: dict[str, float]) -> Path:
     doc = {"__module__": "megatron.energon", "__class__": "MetadatasetV2", "splits": splits}
     text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, allow_unicode=True)
     target = energon_root / "metadataset.yaml"
-    fd, tmp = tempfile.mkstemp(prefix=".metadataset.", suffix=".yaml.tmp", dir=energon_root)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    _write_text_atomic(target, text)
     return target

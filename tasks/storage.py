@@ -6,9 +6,15 @@ place, so a crash never leaves a partial file under a final name.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import json
 import os
+import tempfile
+import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +22,10 @@ import fsspec
 from fsspec import AbstractFileSystem
 
 TMP_MARK = ".tmp-"
+# Store sub-folders besides the <sha[:2]>/ object folders (names longer than two characters never clash).
+INCOMING = ".incoming"  # partial downloads, published by rename
+UPSTREAM_INDEX = "upstream"  # upstream locator -> object sha256, so nothing is fetched twice
+LOCKS = ".locks"
 
 
 def url_to_fs(url: str, **storage_options: Any) -> tuple[AbstractFileSystem, str]:
@@ -74,3 +84,86 @@ class ContentStore:
     def get(self, sha256: str) -> bytes:
         data: bytes = self.fs.cat_file(self.path(sha256))
         return data
+
+    # --- Used by the fetch stage (tasks/fetch.py): objects streamed in, the upstream index, local locks. ---
+
+    @property
+    def local(self) -> bool:
+        return is_local(self.fs)
+
+    def incoming_dir(self) -> str:
+        """Local folder for partial downloads (same filesystem as the store when it is local, so publishing
+        is a rename). Partial files never sit under a final ``<sha[:2]>/<sha>`` name."""
+        if self.local:
+            path = f"{self.root}/{INCOMING}"
+        else:
+            path = os.path.join(tempfile.gettempdir(), "vlmforge-incoming")
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    def put_file(self, local_path: str, sha256: str) -> str:
+        """Publish a complete, already hashed local file as object ``sha256``; the file is consumed."""
+        final = self.path(sha256)
+        try:
+            if self.has(sha256):
+                return sha256
+            if self.local:
+                os.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
+                os.replace(local_path, final)
+            else:  # object stores publish a PUT atomically
+                self.fs.put_file(local_path, final)
+        finally:
+            if os.path.exists(local_path):
+                os.remove(local_path)
+        return sha256
+
+    def sweep_incoming(self, older_than_s: float = 6 * 3600) -> int:
+        """Remove partial downloads left by killed runs (older than ``older_than_s``); returns the count."""
+        folder = self.incoming_dir()
+        cutoff = time.time() - older_than_s
+        removed = 0
+        for entry in os.scandir(folder):
+            try:
+                if entry.is_file() and entry.stat().st_mtime < cutoff:
+                    os.remove(entry.path)
+                    removed += 1
+            except FileNotFoundError:  # another worker swept it first
+                pass
+        return removed
+
+    def _index_path(self, key: str) -> str:
+        h = hashlib.sha256(key.encode()).hexdigest()
+        return f"{self.root}/{UPSTREAM_INDEX}/{h[:2]}/{h}.json"
+
+    def lookup(self, key: str) -> dict[str, Any] | None:
+        """The upstream-index entry of ``key`` (an upstream locator), when its object is in the store."""
+        try:
+            raw = self.fs.cat_file(self._index_path(key))
+            entry: dict[str, Any] = json.loads(raw)
+        except (FileNotFoundError, ValueError):
+            return None
+        if entry.get("upstream") != key or not self.has(str(entry.get("sha256"))):
+            return None
+        return entry
+
+    def record(self, key: str, entry: dict[str, Any]) -> None:
+        """Map upstream locator ``key`` to a stored object (written after the object, atomically)."""
+        payload = {"upstream": key} | entry
+        atomic_write_bytes(self.fs, self._index_path(key), json.dumps(payload, sort_keys=True).encode())
+
+    @contextmanager
+    def lock(self, name: str) -> Iterator[None]:
+        """An advisory lock shared by the processes of this machine (a no-op for object stores), so two
+        workers do not stream the same archive at once."""
+        if not self.local:
+            yield
+            return
+        folder = f"{self.root}/{LOCKS}"
+        os.makedirs(folder, exist_ok=True)
+        path = f"{folder}/{hashlib.sha256(name.encode()).hexdigest()[:32]}.lock"
+        with open(path, "a+b") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)

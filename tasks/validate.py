@@ -1,13 +1,21 @@
-"""Validate a written Energon dataset by loading it back through megatron-energon.
+"""Validate written Energon datasets by loading them back through megatron-energon and the project's cooker.
 
-Checks, per split in ``expected`` (and per split found in ``.nv-meta/split.yaml``):
+:func:`validate_energon_dataset` checks one dataset folder against expected keys (split -> keys in write
+order), optionally expected media parts and token counts per key:
 
 * every ``<shard>.tar.idx`` holds ``count + 1`` uint64 offsets for the ``.info.json`` count of its shard, and
   ``index.sqlite`` has the same number of rows per shard;
 * the ``.info.json`` total of the split equals the number of expected keys;
 * iterating ``get_val_dataset(... task_encoder=ChatTaskEncoder())`` yields exactly the expected keys (in
-  order when ``num_workers <= 1``), each as a :class:`~vlmforge.energon.ChatSample`, with no sample-level
-  errors (collected through a ``global_error_handler`` that also works inside worker processes).
+  order when ``num_workers <= 1``), each as a :class:`~vlmforge.energon.ChatSample` with the expected media
+  parts and the expected ``vlmforge`` block in its json part, with no sample-level errors (collected
+  through a ``global_error_handler`` that also works inside worker processes).
+
+:func:`validate_subset` / :func:`validate_output` take the expectations from a run's Parquet manifests
+(``samples``: ok keys per split in line order, their shard and token counts; ``media``: the parts
+``<index>.<out_ext>``; ``shards``: names, sizes and sha256 of the tars) and also check the files on disk
+and every MetadatasetV2 yaml under ``energon/`` (leaves exist, are prepared, have the split they are
+loaded with and their ``dataset_config``). :func:`format_reports` renders the result for people.
 
 An expected split with no keys must be absent from ``split.yaml`` (vlmforge omits empty splits; see
 :mod:`vlmforge.tasks.shards`).
@@ -18,13 +26,21 @@ from __future__ import annotations
 import json
 import sqlite3
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-__all__ = ["ValidationReport", "validate_energon_dataset"]
+__all__ = [
+    "ValidationReport",
+    "format_reports",
+    "validate_blend",
+    "validate_energon_dataset",
+    "validate_output",
+    "validate_subset",
+]
 
 _MAX_LISTED = 10
 
@@ -33,6 +49,8 @@ _MAX_LISTED = 10
 class ValidationReport:
     path: Path
     ok: bool = True
+    #: the subset, when validated from the manifests
+    subset: str | None = None
     #: split -> samples read through the loader
     counts: dict[str, int] = field(default_factory=dict)
     #: split -> samples expected (len(expected[split]))
@@ -43,6 +61,8 @@ class ValidationReport:
     errors: list[str] = field(default_factory=list)
     #: human-readable problems; empty iff ok
     problems: list[str] = field(default_factory=list)
+    #: samples read per split was limited to this (None: every sample was read)
+    sample_limit: int | None = None
 
     def add(self, problem: str) -> None:
         self.problems.append(problem)
@@ -145,6 +165,7 @@ def _read_split(
     error_log: _ErrorLog,
     sample_limit: int | None,
     num_workers: int,
+    on_sample: Callable[[Any], None] | None = None,
 ) -> list[str]:
     from megatron.energon import WorkerConfig, get_loader, get_val_dataset
 
@@ -171,11 +192,50 @@ def _read_split(
                     continue
                 keys.append(sample.__key__)
                 report.media_parts[sample.__key__] = list(sample.parts)
+                if on_sample is not None:
+                    on_sample(sample)
             if sample_limit is not None and len(keys) >= sample_limit:
                 break
     except Exception as exc:  # loader-level failure (missing split, unreadable shard, fatal sample errors)
         report.add(f"split {split!r}: loading failed: {type(exc).__name__}: {exc}")
     return keys
+
+
+class _SampleChecks:
+    """Per-sample comparison of cooked samples with expected parts and ``vlmforge`` json fields."""
+
+    def __init__(
+        self,
+        parts: dict[str, list[str]] | None,
+        fields: dict[str, dict[str, Any]] | None,
+    ) -> None:
+        self.parts, self.fields = parts, fields
+        self.part_mismatch: list[str] = []
+        self.field_mismatch: list[str] = []
+
+    def __call__(self, sample: Any) -> None:
+        key = sample.__key__
+        if self.parts is not None and key in self.parts and list(sample.parts) != self.parts[key]:
+            self.part_mismatch.append(f"{key} has {sample.parts}, expected {self.parts[key]}")
+        if self.fields is not None and key in self.fields:
+            meta = sample.record.get("vlmforge") if isinstance(sample.record, dict) else None
+            meta = meta if isinstance(meta, dict) else {}
+            for name, want in self.fields[key].items():
+                if meta.get(name) != want:
+                    self.field_mismatch.append(
+                        f"{key}: vlmforge.{name} is {meta.get(name)!r}, expected {want!r}"
+                    )
+
+    def report(self, report: ValidationReport) -> None:
+        if self.part_mismatch:
+            report.add(
+                f"{len(self.part_mismatch)} samples with other media parts: {_listed(self.part_mismatch)}"
+            )
+        if self.field_mismatch:
+            report.add(
+                f"{len(self.field_mismatch)} json fields differ from the manifest: "
+                f"{_listed(self.field_mismatch)}"
+            )
 
 
 def validate_energon_dataset(
@@ -184,15 +244,23 @@ def validate_energon_dataset(
     *,
     sample_limit: int | None = None,
     num_workers: int = 0,
+    expected_parts: dict[str, list[str]] | None = None,
+    expected_fields: dict[str, dict[str, Any]] | None = None,
 ) -> ValidationReport:
     """Load ``path`` with megatron-energon and compare it with ``expected`` (split -> keys in write order).
 
     ``sample_limit`` reads at most that many samples per split; then only that many keys are required, and
     with ``num_workers <= 1`` (read order = write order) they must be the first ``sample_limit`` expected.
+    ``expected_parts`` (key -> media part names in numeric order) and ``expected_fields`` (key -> values of
+    the json part's ``vlmforge`` block, e.g. ``{"total_tokens": 812}``) are checked for every sample read.
     """
     path = Path(path)
-    report = ValidationReport(path=path)
+    report = ValidationReport(path=path, sample_limit=sample_limit)
+    if not (path / ".nv-meta").is_dir():
+        report.add(f"{path} is not a prepared Energon dataset (no .nv-meta folder)")
+        return report
     shard_counts, split_parts = _check_index(path, report)
+    checks = _SampleChecks(expected_parts, expected_fields)
 
     for split in sorted(set(split_parts) - set(expected)):
         report.add(f"unexpected split {split!r} in split.yaml")
@@ -220,15 +288,242 @@ def validate_energon_dataset(
             if indexed != len(want):
                 report.add(f"split {split!r}: .info.json counts {indexed} samples, expected {len(want)}")
 
-            keys = _read_split(path, split, report, error_log, sample_limit, num_workers)
+            keys = _read_split(path, split, report, error_log, sample_limit, num_workers, checks)
             report.counts[split] = len(keys)
             _compare(split, keys, want, report, sample_limit, ordered=num_workers <= 1)
 
         for entry in error_log.read():
             report.errors.append(f"{entry['key']}: {entry['error']}")
+    checks.report(report)
     if report.errors:
         report.add(f"{len(report.errors)} sample errors while loading: {_listed(report.errors)}")
     return report
+
+
+# --- Against a run's manifests -------------------------------------------------------------------------
+
+
+@dataclass
+class _Expected:
+    keys: dict[str, list[str]]
+    parts: dict[str, list[str]]
+    fields: dict[str, dict[str, Any]]
+    shard_of_key: dict[str, str | None]
+    shards: list[dict[str, Any]]
+
+
+def _expected_from_manifests(layout: Any, subset: str) -> _Expected:
+    from vlmforge.tasks.manifests import read_table
+
+    samples = read_table(layout, "samples", subset).to_pylist()
+    ok = sorted((row for row in samples if row["status"] == "ok"), key=lambda row: row["line"])
+    keys: dict[str, list[str]] = {"train": [], "val": []}
+    fields: dict[str, dict[str, Any]] = {}
+    shard_of_key: dict[str, str | None] = {}
+    line_key: dict[int, str] = {}
+    for row in ok:
+        keys.setdefault(row["split"] or "train", []).append(row["key"])
+        fields[row["key"]] = {
+            "subset": subset,
+            "line": row["line"],
+            "key": row["key"],
+            "text_tokens": row["text_tokens"],
+            "visual_tokens": row["visual_tokens"],
+            "total_tokens": row["total_tokens"],
+        }
+        shard_of_key[row["key"]] = row["shard"]
+        line_key[row["line"]] = row["key"]
+    parts: dict[str, list[tuple[int, str]]] = {key: [] for key in fields}
+    for row in read_table(layout, "media", subset).to_pylist():
+        key = line_key.get(row["line"])
+        if key is not None and row["status"] == "ok":
+            parts[key].append((row["index"], f"{row['index']}.{row['out_ext']}"))
+    shards = sorted(read_table(layout, "shards", subset).to_pylist(), key=lambda row: row["shard"])
+    return _Expected(
+        keys=keys,
+        parts={key: [name for _i, name in sorted(items)] for key, items in parts.items()},
+        fields=fields,
+        shard_of_key=shard_of_key,
+        shards=shards,
+    )
+
+
+def _check_files(path: Path, expected: _Expected, report: ValidationReport, checksums: bool) -> None:
+    from vlmforge.tasks.shards import MANIFEST_NAME, file_sha256, read_manifest
+
+    on_disk = sorted(p.name for p in path.glob("*.tar"))
+    listed = [row["shard"] for row in expected.shards]
+    if not listed:
+        report.add("the shards manifest lists no shard for this subset")
+    missing = sorted(set(listed) - set(on_disk))
+    extra = sorted(set(on_disk) - set(listed))
+    if missing:
+        report.add(f"{len(missing)} shards in the manifest are missing on disk: {_listed(missing)}")
+    if extra:
+        report.add(f"{len(extra)} tar files are not in the shards manifest: {_listed(extra)}")
+    for row in expected.shards:
+        tar = path / row["shard"]
+        if not tar.is_file():
+            continue
+        size = tar.stat().st_size
+        if size != row["bytes"]:
+            report.add(f"{row['shard']}: {size} bytes on disk, the manifest says {row['bytes']}")
+        elif checksums and file_sha256(tar) != row["sha256"]:
+            report.add(f"{row['shard']}: sha256 differs from the manifest")
+    try:
+        listing = read_manifest(path)
+    except (OSError, ValueError) as exc:
+        report.add(f"cannot read {MANIFEST_NAME}: {exc}")
+        return
+    by_name = {entry["shard"]: entry for entry in listing}
+    for row in expected.shards:
+        entry = by_name.get(row["shard"])
+        if entry is None:
+            continue
+        for name in ("split", "samples", "bytes", "sha256"):
+            if entry.get(name) != row[name]:
+                report.add(
+                    f"{row['shard']}: {MANIFEST_NAME} has {name}={entry.get(name)!r}, manifest {row[name]!r}"
+                )
+    written = {key: entry["shard"] for entry in listing for key in entry.get("keys", [])}
+    wrong = [
+        f"{key} (samples.shard={shard!r}, written to {written.get(key)!r})"
+        for key, shard in expected.shard_of_key.items()
+        if written.get(key) != shard
+    ]
+    if wrong:
+        report.add(f"{len(wrong)} ok samples whose shard differs from the written one: {_listed(wrong)}")
+
+
+def validate_subset(
+    out: str,
+    subset: str,
+    *,
+    sample_limit: int | None = None,
+    num_workers: int = 0,
+    checksums: bool | None = None,
+) -> ValidationReport:
+    """Validate ``OUT/energon/<subset>`` against the run's manifests (see the module docstring).
+
+    ``sample_limit`` reads the first N samples of each split only; ``checksums`` re-hashes every tar
+    (default: only when every sample is read).
+    """
+    from vlmforge.tasks.manifests import OutputLayout
+
+    layout = OutputLayout(out)
+    path = Path(layout.energon) / subset
+    expected = _expected_from_manifests(layout, subset)
+    if not path.is_dir():
+        report = ValidationReport(path=path, subset=subset, sample_limit=sample_limit)
+        report.add(f"no Energon dataset at {path}")
+        return report
+    report = validate_energon_dataset(
+        path,
+        expected.keys,
+        sample_limit=sample_limit,
+        num_workers=num_workers,
+        expected_parts=expected.parts,
+        expected_fields=expected.fields,
+    )
+    report.subset = subset
+    _check_files(path, expected, report, sample_limit is None if checksums is None else checksums)
+    return report
+
+
+def _published_subsets(out: str) -> list[str]:
+    from vlmforge.tasks.manifests import OutputLayout
+    from vlmforge.tasks.shards import MANIFEST_NAME
+
+    root = Path(OutputLayout(out).energon)
+    if not root.is_dir():
+        return []
+    return sorted(
+        p.name
+        for p in root.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST_NAME).is_file()
+    )
+
+
+def validate_blend(path: Path) -> list[str]:
+    """Problems of a MetadatasetV2 yaml written by vlmforge (``blend`` nodes over dataset folders): each leaf
+    exists, is prepared, has a non-empty split for the split it is loaded in, and its ``dataset_config``."""
+    from vlmforge.tasks.shards import dataset_splits
+
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        splits = doc["splits"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
+        return [f"{path.name}: cannot read the metadataset: {exc}"]
+    problems: list[str] = []
+    for split, node in (splits or {}).items():
+        leaves = (node or {}).get("blend") or (node or {}).get("blend_epochized") or []
+        if not leaves:
+            problems.append(f"{path.name}: split {split!r} has no blend entries")
+        for leaf in leaves:
+            target = (path.parent / str(leaf.get("path", ""))).resolve()
+            if not (target / ".nv-meta" / ".info.json").is_file():
+                problems.append(f"{path.name}: {split} leaf {leaf.get('path')!r} is not a prepared dataset")
+                continue
+            part = leaf.get("split_part") or split
+            if part not in dataset_splits(target):
+                problems.append(f"{path.name}: {split} leaf {leaf.get('path')!r} has no {part!r} split")
+            config = leaf.get("dataset_config")
+            if config and not (target / ".nv-meta" / config).is_file():
+                problems.append(f"{path.name}: {split} leaf {leaf.get('path')!r} lacks .nv-meta/{config}")
+    return problems
+
+
+def validate_output(
+    out: str,
+    subsets: Sequence[str] | None = None,
+    *,
+    sample_limit: int | None = None,
+    num_workers: int = 0,
+    checksums: bool | None = None,
+) -> list[ValidationReport]:
+    """Validate the named (default: every published) subset of ``OUT`` and, when no subset is named, every
+    metadataset yaml under ``OUT/energon`` (one extra report per yaml file with problems)."""
+    from vlmforge.tasks.errors import OutputError
+    from vlmforge.tasks.manifests import OutputLayout
+
+    names = list(subsets) if subsets else _published_subsets(out)
+    if not names:
+        raise OutputError(
+            f"{out!r} has no published Energon dataset under energon/: run `vlmforge run` first"
+        )
+    reports = [
+        validate_subset(out, name, sample_limit=sample_limit, num_workers=num_workers, checksums=checksums)
+        for name in names
+    ]
+    if not subsets:
+        root = Path(OutputLayout(out).energon)
+        for yaml_path in sorted(root.glob("*.yaml")):
+            problems = validate_blend(yaml_path)
+            if problems:
+                report = ValidationReport(path=yaml_path)
+                for problem in problems:
+                    report.add(problem)
+                reports.append(report)
+    return reports
+
+
+def format_reports(reports: Sequence[ValidationReport]) -> str:
+    """One line per dataset (``ok``/``FAILED``, samples read per split) followed by its problems."""
+    lines: list[str] = []
+    for report in reports:
+        name = report.subset or report.path.name
+        read = ", ".join(
+            f"{split} {report.counts.get(split, 0)}/{report.expected_counts.get(split, 0)}"
+            for split in sorted(report.expected_counts)
+            if report.expected_counts[split] or report.counts.get(split)
+        )
+        scope = f" (first {report.sample_limit} per split)" if report.sample_limit is not None else ""
+        lines.append(f"{'ok' if report.ok else 'FAILED':6} {name}: {read or '-'} samples read{scope}")
+        lines += [f"       - {problem}" for problem in report.problems]
+    failed = sum(not r.ok for r in reports)
+    lines.append(f"{len(reports) - failed} ok, {failed} failed")
+    return "\n".join(lines)
 
 
 def _compare(

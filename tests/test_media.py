@@ -12,6 +12,7 @@ import sys
 import time
 import wave
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import av
@@ -319,8 +320,9 @@ def test_corrupt_png_data_rejected() -> None:
     data = bytearray(encode(photo(64, 64), "PNG"))
     idat = data.index(b"IDAT")
     data[idat + 4 : idat + 40] = bytes(range(36))  # garbage zlib stream
-    r = run(bytes(data))  # PNG within limits would otherwise be kept: the full decode must catch this
-    assert_rejected(r, "truncated")  # zlib: "broken data stream"
+    r = run(bytes(data))  # PNG within limits would otherwise be kept: the verification must catch this
+    assert_rejected(r, "decode_error")  # corrupt compressed data, not a short file
+    assert "incorrect header check" in (r.detail or "")
     assert (r.format, r.width, r.height) == ("PNG", 64, 64)
 
 
@@ -659,3 +661,472 @@ def test_real_unordered_timestamps() -> None:
     assert r.status == "ok", r
     assert (r.width, r.height, r.frames, r.rotation) == (50, 50, 4, 0)
     assert r.sampled_indices == (0, 1, 2, 3) and r.fps > 0
+
+
+# --------------------------------------------------------------------------------------------------------
+# images: polyglots and bytes after the end of the image
+# --------------------------------------------------------------------------------------------------------
+
+
+def zip_archive() -> bytes:
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("payload.sh", "#!/bin/sh\necho pwned\n" * 20)
+    return buf.getvalue()
+
+
+def test_gif_header_html_polyglot_rejected() -> None:
+    # GIFAR-style polyglot: a GIF signature and screen descriptor, then an HTML page with script
+    polyglot = b"GIF89a\x10\x00\x10\x00\x00\x00\x00" + b"<html><script>alert(document.cookie)</script></html>"
+    r = run(polyglot)
+    assert_rejected(r, "decode_error")
+    assert "gif" in (r.detail or "")
+
+
+def test_jpeg_magic_html_page_rejected() -> None:
+    r = run(b"\xff\xd8\xff\xe0<!DOCTYPE html><html><body>Access denied</body></html>")
+    assert r.status == "rejected" and r.reason in {"truncated", "decode_error"}, r
+    assert r.detail
+
+
+def test_jpeg_with_appended_zip_is_cut_at_its_end() -> None:
+    jpeg = encode(photo(200, 150), "JPEG", quality=90)
+    payload = zip_archive()
+    r = run(jpeg + payload)
+    assert_ok(r)
+    assert r.out_bytes == jpeg and not r.kept_original
+    assert r.notes == (f"trailing_data_stripped:{len(payload)}",)
+    assert b"PK\x03\x04" not in (r.out_bytes or b"")
+    assert (r.out_width, r.out_height, r.out_ext) == (200, 150, "jpg")
+
+
+@pytest.mark.parametrize(("fmt", "kw"), [("PNG", {}), ("WEBP", {"quality": 80})])
+def test_png_and_webp_with_appended_html_are_cut(fmt: str, kw: dict[str, object]) -> None:
+    clean = encode(photo(120, 90), fmt, **kw)
+    r = run(clean + b"<html><script>fetch('//evil')</script></html>")
+    assert_ok(r)
+    assert r.out_bytes == clean and not r.kept_original
+    assert r.notes and r.notes[0].startswith("trailing_data_stripped:")
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"progressive": True},
+        {"restart_marker_blocks": 4},
+        {"exif": b"Exif\x00\x00" + b"MM\x00*\x00\x00\x00\x08\x00\x00\x00\x00\x00\x00", "optimize": True},
+    ],
+)
+def test_jpeg_end_found_through_scans_and_restart_markers(kw: dict[str, object]) -> None:
+    data = encode(photo(333, 251, seed=5), "JPEG", quality=85, **kw)
+    r = run(data)
+    assert_ok(r)
+    assert r.kept_original and r.out_bytes is data and r.notes == ()
+
+
+def test_jpeg_with_thumbnail_in_exif_is_kept_whole() -> None:
+    # an EXIF thumbnail is a complete JPEG (with its own EOI) inside APP1: it must not end the walk
+    thumb = encode(photo(32, 24), "JPEG")
+    exif = Image.Exif()
+    exif[0x0132] = "2024:01:01 00:00:00"
+    data = encode(photo(160, 120), "JPEG", exif=exif.tobytes() + thumb)  # thumbnail bytes inside APP1
+    assert data.count(b"\xff\xd9") >= 2
+    r = run(data)
+    assert_ok(r)
+    assert r.kept_original and r.out_bytes is data
+
+
+# --------------------------------------------------------------------------------------------------------
+# images: size policy (min side, min pixels) and the DCT-scaled verification of kept JPEGs
+# --------------------------------------------------------------------------------------------------------
+
+
+def test_side_below_min_side_is_too_small() -> None:
+    r = run(encode(photo(100, 10), "PNG"), min_side=28)
+    assert_rejected(r, "too_small")
+    assert (r.width, r.height) == (100, 10) and "below 28" in (r.detail or "")
+    assert run(encode(photo(100, 28), "PNG"), min_side=28).status == "ok"
+
+
+def test_image_below_min_pixels_is_upscaled_once_to_target() -> None:
+    data = encode(photo(40, 30), "JPEG")
+    assert run(data).kept_original  # without a minimum: kept
+    r = run(data, min_pixels=3136)
+    assert_ok(r)
+    t_h, t_w = smart_resize(30, 40)
+    assert not r.kept_original and "resized" in r.notes
+    assert (r.out_width, r.out_height) == (t_w, t_h) == (28 * round(40 / 28), 28 * round(30 / 28))
+    assert decode(r.out_bytes or b"").size == (t_w, t_h)
+
+
+def test_kept_jpeg_truncated_near_its_end_is_rejected() -> None:
+    data = encode(photo(800, 600, seed=7), "JPEG", quality=90)
+    assert run(data).kept_original
+    r = run(data[:-300])
+    assert_rejected(r, "truncated")
+
+
+def test_kept_jpeg_with_corrupt_entropy_data_is_rejected() -> None:
+    data = bytearray(encode(photo(640, 480, seed=8), "JPEG", quality=90, progressive=True))
+    mid = len(data) // 2
+    data[mid : mid + 600 : 2] = b"\xff" * len(data[mid : mid + 600 : 2])
+    r = run(bytes(data))
+    assert r.status == "rejected" and r.reason in {"truncated", "decode_error"}, r
+
+
+# --------------------------------------------------------------------------------------------------------
+# images: big PNGs decoded and resized strip by strip
+# --------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def strips(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Send every PNG through the strip decoder, in strips of a few rows."""
+    from vlmforge.tasks import media
+
+    monkeypatch.setattr(media, "_STRIP_MIN_PIXELS", 0)
+    monkeypatch.setattr(media, "_STRIP_BYTES", 20_000)
+
+
+def _in_memory(data: bytes, **kw: object) -> ImageResult:
+    from vlmforge.tasks import media
+
+    saved = media._STRIP_MIN_PIXELS
+    media._STRIP_MIN_PIXELS = 1 << 62
+    try:
+        return run(data, **kw)
+    finally:
+        media._STRIP_MIN_PIXELS = saved
+
+
+def _rgba_photo() -> Image.Image:
+    arr = np.asarray(photo(900, 700, seed=2).convert("RGBA")).copy()
+    arr[:, :300, 3] = 0
+    arr[:200, :, 3] = 128
+    return Image.fromarray(arr, "RGBA")
+
+
+@pytest.mark.parametrize(
+    ("name", "make", "kw"),
+    [
+        ("RGB", lambda: photo(900, 700, seed=2), {}),
+        ("L", lambda: photo(900, 700, seed=2).convert("L"), {}),
+        ("RGBA", _rgba_photo, {}),
+        ("LA", lambda: _rgba_photo().convert("LA"), {}),
+        ("P", lambda: photo(900, 700, seed=2).convert("P"), {"transparency": 3}),
+    ],
+)
+@pytest.mark.usefixtures("strips")
+def test_strip_resize_matches_in_memory_resize(name: str, make: Callable[[], Image.Image], kw: dict) -> None:
+    data = encode(make(), "PNG", compress_level=1, **kw)
+    ref = _in_memory(data, target_size=half, max_pixels=50_000)
+    r = run(data, target_size=half, max_pixels=50_000)
+    assert_ok(r)
+    assert "strip_decoded" in r.notes and "strip_decoded" not in ref.notes
+    assert set(ref.notes) <= set(r.notes)
+    assert (
+        (r.out_width, r.out_height, r.out_ext)
+        == (ref.out_width, ref.out_height, ref.out_ext)
+        == (450, 350, "png")
+    )
+    diff = np.abs(
+        np.asarray(decode(r.out_bytes or b"")).astype(int) - np.asarray(decode(ref.out_bytes or b""))
+    )
+    assert diff.max() <= 1 and diff.mean() < 0.01, name
+
+
+@pytest.mark.usefixtures("strips")
+def test_strip_path_applies_png_exif_orientation() -> None:
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    data = encode(photo(600, 400, seed=3), "PNG", exif=exif.tobytes())
+    r = run(data, target_size=half, max_pixels=50_000)
+    ref = _in_memory(data, target_size=half, max_pixels=50_000)
+    assert_ok(r)
+    assert (r.width, r.height) == (400, 600) and (r.out_width, r.out_height) == (200, 300)
+    assert "exif_orientation_6_applied" in r.notes and "strip_decoded" in r.notes
+    diff = np.abs(
+        np.asarray(decode(r.out_bytes or b"")).astype(int) - np.asarray(decode(ref.out_bytes or b""))
+    )
+    assert diff.mean() < 1.0
+
+
+@pytest.mark.usefixtures("strips")
+def test_strip_decode_rejects_truncated_and_corrupt_data() -> None:
+    data = encode(photo(500, 400, seed=4), "PNG")
+    r = run(data[: len(data) // 2], target_size=half, max_pixels=50_000)
+    assert_rejected(r, "truncated")
+    assert "of 400 rows" in (r.detail or "")
+    bad = bytearray(data)
+    at = bad.index(b"IDAT") + 5000
+    bad[at : at + 64] = bytes(64)
+    r = run(bytes(bad), target_size=half, max_pixels=50_000)
+    assert r.status == "rejected" and r.reason in {"decode_error", "truncated"}, r
+
+
+# --------------------------------------------------------------------------------------------------------
+# images: kept PNGs verified by inflating their data (no pixel reconstruction)
+# --------------------------------------------------------------------------------------------------------
+
+
+def pillow_verdict(data: bytes) -> bool:
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            img.load()
+        return True
+    except Exception:
+        return False
+
+
+def test_kept_png_verification_catches_what_a_full_decode_catches() -> None:
+    clean = encode(photo(300, 200, seed=9), "PNG")
+    assert run(clean).kept_original
+    reference = np.asarray(decode(clean))
+    rng = np.random.default_rng(11)
+    idat = clean.index(b"IDAT") + 4
+    cases = [clean[:cut] for cut in rng.integers(idat, len(clean), 12)]
+    for pos in rng.integers(idat + 2, len(clean) - 20, 24):
+        damaged = bytearray(clean)
+        damaged[pos] ^= 1 << int(rng.integers(0, 8))
+        cases.append(bytes(damaged))
+    stricter = 0
+    for case in cases:
+        r = run(case)
+        if r.status != "ok":
+            assert r.reason in {"truncated", "decode_error"} and r.detail, r
+        if pillow_verdict(case):
+            if r.status != "ok":  # only a checksum mismatch: Pillow stops after the last row, unaware
+                assert "incorrect data check" in (r.detail or ""), r
+                assert not np.array_equal(np.asarray(decode(case)), reference)  # the pixels are damaged
+                stricter += 1
+        else:
+            assert r.status == "rejected", "a full decode fails but the verification passed"
+    assert sum(not pillow_verdict(c) for c in cases) >= 12  # the cases do break files
+    assert stricter <= 3
+
+
+def test_kept_png_with_a_bad_row_filter_is_rejected() -> None:
+    img = Image.new("L", (16, 8), 100)
+    raw = b"".join(bytes([0]) + bytes(16) for _ in range(8))
+    raw = raw[: 17 * 5] + b"\x07" + raw[17 * 5 + 1 :]  # row 5: filter type 7 does not exist
+    ihdr = struct.pack(">IIBBBBB", 16, 8, 8, 0, 0, 0, 0)
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    data = (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+    )
+    assert not pillow_verdict(data) and img.size == (16, 8)
+    r = run(data)
+    assert_rejected(r, "decode_error")
+    assert "row 5" in (r.detail or "")
+
+
+@pytest.mark.parametrize(
+    ("mode", "kw"),
+    [("RGB", {"bits": 16}), ("L", {"bits": 2}), ("L", {"bits": 4}), ("RGB", {})],
+)
+def test_kept_png_layouts(mode: str, kw: dict[str, object]) -> None:
+    if kw.get("bits") == 16:
+        arr = (np.asarray(photo(90, 60)).astype(np.uint16) * 257).byteswap()
+        ihdr = struct.pack(">IIBBBBB", 90, 60, 16, 2, 0, 0, 0)
+        raw = b"".join(b"\x00" + arr[y].tobytes() for y in range(60))
+
+        def chunk(kind: bytes, body: bytes) -> bytes:
+            return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+        data = (
+            b"\x89PNG\r\n\x1a\n"
+            + chunk(b"IHDR", ihdr)
+            + chunk(b"IDAT", zlib.compress(raw))
+            + chunk(b"IEND", b"")
+        )
+    elif "bits" in kw:
+        data = encode(photo(90, 60).convert("L"), "PNG", bits=kw["bits"])
+    else:
+        data = encode(photo(90, 60), "PNG")
+    with Image.open(io.BytesIO(data)) as ref:
+        assert ref.mode == mode
+    r = run(data)
+    assert_ok(r)
+    assert r.kept_original and (r.width, r.height) == (90, 60)
+    assert_rejected(run(data[: len(data) * 2 // 3]), "truncated")
+
+
+def write_big_png(path: Path, width: int, height: int) -> None:
+    """An RGB PNG written row band by row band (never held in memory whole): gradients and a checkerboard."""
+    comp = zlib.compressobj(1)
+    x = np.arange(width)
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    with path.open("wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)))
+        for y0 in range(0, height, 256):
+            y = np.arange(y0, min(height, y0 + 256))[:, None]
+            rows = np.empty((len(y), width, 3), np.uint8)
+            rows[..., 0] = x[None, :] * 255 // (width - 1)
+            rows[..., 1] = y * 255 // (height - 1)
+            rows[..., 2] = ((x[None, :] // 50 + y // 50) % 2) * 200
+            raw = np.concatenate([np.zeros((len(y), 1), np.uint8), rows.reshape(len(y), -1)], axis=1)
+            f.write(chunk(b"IDAT", comp.compress(raw.tobytes())))
+        f.write(chunk(b"IDAT", comp.flush()) + chunk(b"IEND", b""))
+
+
+_BIG_PNG_SCRIPT = """
+import json, resource, sys
+from vlmforge.tasks.media import process_image
+data = open(sys.argv[1], "rb").read()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+r = process_image(data, target_size=lambda h, w: (2240, 1288), max_pixels=3_000_000)
+print(json.dumps({"status": r.status, "size": [r.out_width, r.out_height], "notes": list(r.notes),
+                  "rss_growth_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024}))
+"""
+
+
+def test_big_png_resized_in_bounded_memory(tmp_path: Path) -> None:
+    width, height = 4000, 7000  # 28 MP: 112 MB as a decoded Pillow RGB image
+    path = tmp_path / "infographic.png"
+    write_big_png(path, width, height)
+    proc = subprocess.run(
+        [sys.executable, "-c", _BIG_PNG_SCRIPT, str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["status"] == "ok" and out["size"] == [1288, 2240]
+    assert out["notes"] == ["strip_decoded", "resized"]
+    # strips + output only (~50 MB here): below one full-resolution decode alone (112 MB; the in-memory path
+    # peaks at ~150 MB with its resize buffers)
+    assert out["rss_growth_mb"] < 85, out
+
+
+# --------------------------------------------------------------------------------------------------------
+# videos: bombs, endless decodes, corrupt real files, the frame hook
+# --------------------------------------------------------------------------------------------------------
+
+
+def absurd_dimension_avi(width: int, height: int) -> bytes:
+    """A small MJPEG AVI whose headers (AVI and every JPEG frame) claim ``width`` x ``height``."""
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="avi") as container:
+        stream = container.add_stream("mjpeg", rate=8)
+        assert isinstance(stream, av.VideoStream)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuvj420p"
+        for k in range(4):
+            frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 40 * k, np.uint8), format="rgb24")
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    data = bytearray(buf.getvalue())
+    at = data.find(b"\xff\xc0")
+    while at >= 0:  # SOF0: length(2) precision(1) height(2) width(2)
+        data[at + 5 : at + 9] = struct.pack(">HH", height, width)
+        at = data.find(b"\xff\xc0", at + 2)
+    avih = data.find(b"avih") + 8
+    data[avih + 32 : avih + 40] = struct.pack("<II", width, height)
+    strf = data.find(b"strf") + 8
+    data[strf + 4 : strf + 12] = struct.pack("<ii", width, height)
+    return bytes(data)
+
+
+def test_video_with_absurd_dimensions_refused_from_header() -> None:
+    r = probe_video(absurd_dimension_avi(12_000, 12_000), choose_frames=all_frames)
+    assert (r.status, r.reason) == ("rejected", "decompression_bomb")
+    assert r.reason in VIDEO_REASONS
+    assert (r.width, r.height, r.codec) == (12_000, 12_000, "mjpeg")
+    assert "12000x12000" in (r.detail or "")
+    r = probe_video(absurd_dimension_avi(3000, 2000), choose_frames=all_frames, max_frame_pixels=5_000_000)
+    assert r.reason == "decompression_bomb"
+
+
+def long_video(repeats: int = 20) -> bytes:
+    """600 frames: one 30-frame H.264 GOP of noise (expensive to decode) muxed 20 times, no re-encode."""
+    src = av.open(io.BytesIO(make_video(frames=30, width=320, height=240, fps=30)), "r")
+    in_stream = src.streams.video[0]
+    packets = [p for p in src.demux(in_stream) if p.size]
+    assert all(p.pts is not None and p.dts is not None for p in packets)
+    step = (int(packets[-1].pts or 0) - int(packets[0].pts or 0)) // 29
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as out:
+        out_stream = out.add_stream_from_template(in_stream)
+        for r in range(repeats):
+            for p in packets:
+                q = av.Packet(bytes(p))
+                q.pts, q.dts = int(p.pts or 0) + r * 30 * step, int(p.dts or 0) + r * 30 * step
+                q.duration, q.is_keyframe, q.time_base, q.stream = (
+                    p.duration,
+                    p.is_keyframe,
+                    p.time_base,
+                    out_stream,
+                )
+                out.mux(q)
+    src.close()
+    return buf.getvalue()
+
+
+def test_video_that_decodes_past_the_time_limit_is_cut_off() -> None:
+    data = long_video()
+    t0 = time.perf_counter()
+    r = probe_video(data, choose_frames=lambda n, fps: [n - 1], timeout_s=0.1)
+    elapsed = time.perf_counter() - t0
+    assert (r.status, r.reason) == ("rejected", "video_timeout"), r
+    assert r.frames == 600 and "timeout after decoding" in (r.detail or "")
+    assert elapsed < 1.5  # decoding all 600 frames takes seconds on this machine
+
+
+@needs_real
+def test_real_video_with_corrupt_frame_data_rejected() -> None:
+    data = bytearray(real("video_180.mov"))
+    mdat = data.find(b"mdat") + 8
+    data[mdat + 200 : mdat + 3200] = np.random.default_rng(0).integers(0, 256, 3000, dtype=np.uint8).tobytes()
+    r = probe_video(bytes(data), choose_frames=all_frames)
+    assert (r.status, r.reason) == ("rejected", "video_decode_error"), r
+    assert "corrupt" in (r.detail or "")
+
+
+@needs_real
+@pytest.mark.parametrize("fraction", [0.3, 0.9])
+def test_real_truncated_video_rejected(fraction: float) -> None:
+    data = real("video_270.mov")
+    r = probe_video(data[: int(len(data) * fraction)], choose_frames=all_frames)
+    assert (r.status, r.reason) == ("rejected", "video_decode_error"), r
+
+
+def test_video_frame_hook_sees_sampled_frames_in_order(mp4: bytes) -> None:
+    from vlmforge.tasks.media import SampledFrame
+
+    seen: list[SampledFrame] = []
+    r = probe_video(mp4, choose_frames=lambda n, fps: [20, 3, 3, 31], on_frame=seen.append)
+    assert r.status == "ok" and r.sampled_indices == (3, 20, 31)
+    assert [(f.position, f.count, f.index, f.rotation) for f in seen] == [
+        (0, 3, 3, 0),
+        (1, 3, 20, 0),
+        (2, 3, 31, 0),
+    ]
+
+    def broken(frame: SampledFrame) -> None:
+        raise OSError("disk full")
+
+    r = probe_video(mp4, choose_frames=all_frames, on_frame=broken)
+    assert (r.status, r.reason) == ("rejected", "video_decode_error")
+    assert "frame 0" in (r.detail or "") and "disk full" in (r.detail or "")
+
+
+def test_resize_gives_the_pixels_the_model_processor_would() -> None:
+    # qwen-vl-utils resizes with PIL's Image.resize default (bicubic) to smart_resize's size: a PNG resized
+    # here (lossless output) holds exactly those pixels, so training sees what it would have computed
+    src = photo(1500, 1000, seed=12)
+    data = encode(src, "PNG")
+    t_h, t_w = smart_resize(1000, 1500)
+    r = run(data)
+    assert_ok(r)
+    assert (r.out_width, r.out_height, r.out_ext) == (t_w, t_h, "png")
+    assert np.array_equal(np.asarray(decode(r.out_bytes or b"")), np.asarray(src.resize((t_w, t_h))))
+    sharp = run(data, resample="lanczos")
+    expected = src.resize((t_w, t_h), Image.Resampling.LANCZOS)
+    assert np.array_equal(np.asarray(decode(sharp.out_bytes or b"")), np.asarray(expected))

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
 import tarfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
@@ -15,13 +22,25 @@ import yaml
 from megatron.energon import WorkerConfig, get_loader, get_train_dataset, get_val_dataset
 from PIL import Image
 
-from vlmforge.energon import ChatSample, ChatTaskEncoder, media_part_names
+from vlmforge.energon import (
+    DEFAULT_VIDEO_FRAMES,
+    ChatSample,
+    ChatTaskEncoder,
+    decode_video_frames,
+    media_part_names,
+)
+from vlmforge.tasks.errors import ConfigError
 from vlmforge.tasks.shards import (
     DATASET_YAML,
+    JOURNAL_NAME,
     MANIFEST_NAME,
+    PSI_CONFIGS,
     DuplicateKeyError,
+    MediaPart,
     ShardSample,
+    ensure_dataset_config,
     expected_keys,
+    parse_size,
     sanitize_key,
     split_for_key,
     write_energon_dataset,
@@ -365,3 +384,228 @@ def test_empty_input_rejected(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         write_energon_dataset([], tmp_path / "empty", subset="empty")
     assert list(tmp_path.iterdir()) == []
+
+
+# --- sizes, lazy media, resume, frames ------------------------------------------------------------------
+
+
+def test_parse_size() -> None:
+    assert parse_size("1GB") == 1_000_000_000
+    assert parse_size("1gb") == parse_size("1G") == parse_size("1 GB") == 1_000_000_000
+    assert parse_size("512MiB") == 512 * 2**20
+    assert parse_size("1.5G") == 1_500_000_000
+    assert parse_size("700kb") == 700_000
+    assert parse_size("4096") == parse_size("4096B") == parse_size(4096) == 4096
+    for bad in ("", "1XB", "GB", "-1GB", "0", "1.2.3MB"):
+        with pytest.raises(ConfigError, match="invalid size"):
+            parse_size(bad)
+
+
+def _lazy(samples: list[ShardSample], loads: list[str]) -> list[ShardSample]:
+    """The same samples with media as MediaPart; ``loads`` records every part read."""
+
+    def loader(name: str, data: bytes) -> Callable[[], bytes]:
+        def load() -> bytes:
+            loads.append(name)
+            return data
+
+        return load
+
+    out = []
+    for s in samples:
+        media = tuple(
+            MediaPart(
+                name=n, size=len(d), sha256=hashlib.sha256(d).hexdigest(), load=loader(f"{s.key}/{n}", d)
+            )
+            for n, d in s.media  # type: ignore[misc]
+        )
+        out.append(ShardSample(key=s.key, split=s.split, json=s.json, media=media))
+    return out
+
+
+def _hashes(dest: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(dest.glob("*.tar"))}
+
+
+def test_lazy_media_give_the_same_bytes(tmp_path: Path, dataset: Path, samples: list[ShardSample]) -> None:
+    loads: list[str] = []
+    result = write_energon_dataset(
+        _lazy(samples, loads), tmp_path / "demo", subset="demo", shard_max_samples=4
+    )
+    assert _hashes(tmp_path / "demo") == _hashes(dataset)
+    assert result.reused_shards == 0 and len(loads) == sum(len(s.media) for s in samples)
+    assert [s.tokens for s in result.shards] == [None] * 4  # the test records carry no vlmforge block
+    assert all((dataset / ".nv-meta" / f"dataset_psi{n}.yaml").is_file() for n in PSI_CONFIGS)
+    assert ensure_dataset_config(dataset, 2) == "dataset_psi2.yaml"
+    assert ensure_dataset_config(dataset, 16) is None
+    assert ensure_dataset_config(tmp_path / "demo", 3) == "dataset_psi3.yaml"
+    assert "parallel_shard_iters: 3" in (tmp_path / "demo" / ".nv-meta" / "dataset_psi3.yaml").read_text()
+
+    bad = [
+        ShardSample(
+            key="demo__x", split="train", json={}, media=(MediaPart("0.jpg", 10, "0" * 64, lambda: b"short"),)
+        )
+    ]
+    with pytest.raises(OSError, match="has 5 bytes, 10 were announced"):
+        write_energon_dataset(bad, tmp_path / "bad", subset="demo")
+    assert not (tmp_path / "bad").exists()
+
+
+_SAMPLES_SOURCE = """
+import hashlib, io, os, signal, time
+from PIL import Image
+from vlmforge.tasks import shards
+
+def image(i):
+    buf = io.BytesIO()
+    Image.new("RGB", (64, 48), (i * 7 % 256, i * 13 % 256, i * 29 % 256)).save(buf, format="PNG")
+    return buf.getvalue()
+
+def samples(kill_at):
+    for i in range(30):
+        if kill_at == f"sample{i}":
+            # mid-write: once two shards are durable and recorded (their fsync runs on a helper thread),
+            # while the next ones are half written
+            for _ in range(600):
+                if journal.is_file() and len(journal.read_text().splitlines()) >= 3:
+                    break
+                time.sleep(0.1)
+            os.kill(os.getpid(), signal.SIGKILL)
+        data = image(i)
+        media = (shards.MediaPart("0.png", len(data), hashlib.sha256(data).hexdigest(), lambda d=data: d),)
+        content = [{"type": "image", "part": "0.png"}]
+        record = {"id": str(i), "messages": [{"role": "user", "content": content}],
+                  "vlmforge": {"total_tokens": 10 + i}}
+        key = f"demo__{i}"
+        yield shards.ShardSample(key=key, split=shards.split_for_key(key, 0.2), json=record, media=media)
+"""
+
+_KILL_SCRIPT = """
+import sys
+from pathlib import Path
+exec(open(sys.argv[1]).read())
+
+dest, kill_at = Path(sys.argv[2]), sys.argv[3]
+journal = dest.parent / f".{dest.name}.staging" / shards.JOURNAL_NAME
+if kill_at == "prepare":
+    def killed(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGKILL)
+    shards._run_prepare = killed
+shards.write_energon_dataset(samples(kill_at), dest, subset="demo", shard_max_samples=4)
+"""
+
+
+def _kill_samples() -> Iterator[ShardSample]:
+    namespace: dict[str, Any] = {}
+    exec(_SAMPLES_SOURCE, namespace)
+    samples: Iterator[ShardSample] = namespace["samples"]("never")
+    return samples
+
+
+@pytest.mark.parametrize("kill_at", ["sample17", "prepare"])
+def test_kill_and_resume_is_byte_identical(tmp_path: Path, kill_at: str) -> None:
+    clean = write_energon_dataset(
+        _kill_samples(), tmp_path / "clean" / "demo", subset="demo", shard_max_samples=4
+    )
+    assert clean.reused_shards == 0 and len(clean.shards) >= 4
+
+    dest = tmp_path / "out" / "demo"
+    (tmp_path / "samples.py").write_text(_SAMPLES_SOURCE)
+    (tmp_path / "writer.py").write_text(_KILL_SCRIPT)
+    killed = subprocess.run(
+        [sys.executable, str(tmp_path / "writer.py"), str(tmp_path / "samples.py"), str(dest), kill_at],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    # nothing a loader would pick up: no dataset folder, only the hidden staging folder with its journal
+    assert sorted(p.name for p in dest.parent.iterdir()) == [".demo.staging"]
+    journal = (dest.parent / ".demo.staging" / JOURNAL_NAME).read_text().splitlines()
+    finished = len(journal) - 1
+    assert finished >= 2 if kill_at == "sample17" else finished == len(clean.shards)
+
+    resumed = write_energon_dataset(_kill_samples(), dest, subset="demo", shard_max_samples=4)
+    assert resumed.reused_shards == finished  # finished shards were kept, not rewritten
+    assert [s.sha256 for s in resumed.shards] == [s.sha256 for s in clean.shards]
+    assert _hashes(dest) == _hashes(tmp_path / "clean" / "demo")
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["demo"]
+    assert not (dest / JOURNAL_NAME).exists()
+    report = validate_energon_dataset(dest, expected_keys(dest))
+    assert report.ok, report.problems
+
+
+def test_resume_with_changed_input_rewrites_from_the_change(
+    tmp_path: Path, samples: list[ShardSample]
+) -> None:
+    train = [s for s in samples if s.split == "train"]
+    dest = tmp_path / "demo"
+    staging = tmp_path / ".demo.staging"
+
+    def interrupted(items: list[ShardSample], stop: int) -> None:
+        def gen() -> Iterator[ShardSample]:
+            for i, s in enumerate(items):
+                if i == stop:
+                    raise KeyboardInterrupt
+                yield s
+
+        with pytest.raises(KeyboardInterrupt):
+            write_energon_dataset(gen(), dest, subset="demo", shard_max_samples=2)
+        assert staging.is_dir()
+
+    interrupted(train, 7)  # shards 0-2 finished
+    assert not dest.exists()
+    changed = list(train)
+    changed[3] = ShardSample(
+        key=train[3].key, split="train", json={**train[3].json, "id": "changed"}, media=train[3].media
+    )
+    loads: list[str] = []
+    result = write_energon_dataset(_lazy(changed, loads), dest, subset="demo", shard_max_samples=2)
+    assert result.reused_shards == 1  # shard 0; shard 1 holds the changed sample, shard 2 comes after it
+    assert not any(name.startswith((train[0].key, train[1].key)) for name in loads)
+    fresh = write_energon_dataset(changed, tmp_path / "fresh" / "demo", subset="demo", shard_max_samples=2)
+    assert [s.sha256 for s in result.shards] == [s.sha256 for s in fresh.shards]
+
+    # other limits: the journal does not apply, everything is rewritten
+    interrupted(train, 5)
+    assert expected_keys(dest)["train"] == [s.key for s in changed]  # the previous version is still in place
+    other = write_energon_dataset(train, dest, subset="demo", shard_max_samples=3)
+    assert other.reused_shards == 0 and sorted(p.name for p in tmp_path.iterdir()) == ["demo", "fresh"]
+
+
+def test_interrupted_publish_is_undone(tmp_path: Path, samples: list[ShardSample]) -> None:
+    dest = tmp_path / "demo"
+    write_energon_dataset(samples[:3], dest, subset="demo")
+    # a crash between the two renames of a filesystem without RENAME_EXCHANGE leaves only `.demo.old`
+    os.replace(dest, tmp_path / ".demo.old")
+    write_energon_dataset(samples[3:5], dest, subset="demo")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo"]
+    assert expected_keys(dest)["train"] == [s.key for s in samples[3:5]]
+
+
+def test_frames_cooker(dataset: Path, samples: list[ShardSample]) -> None:
+    errors: list[str] = []
+    ds = get_val_dataset(
+        str(dataset),
+        split_part="train",
+        worker_config=_wc(errors),
+        batch_size=1,
+        task_encoder=ChatTaskEncoder(video_frames=True),
+    )
+    by_key = {s.__key__: s for batch in get_loader(ds) for s in batch}
+    assert not errors
+    vid = by_key[samples[8].key]
+    frames = vid.videos[0]
+    assert isinstance(frames, torch.Tensor) and frames.dtype == torch.uint8
+    assert frames.shape == (DEFAULT_VIDEO_FRAMES, 3, H, W)
+    assert vid.messages[0]["content"][2]["video"] is frames
+    assert by_key[samples[7].key].videos == [] and len(by_key[samples[7].key].images) == 12
+
+    from megatron.energon.av import AVDecoder
+
+    video = dict(samples[8].media)["1.mp4"]
+    exact = decode_video_frames(video, {"frame_indices": [0, 3]})
+    assert exact.shape == (2, 3, H, W)
+    # frame i of the fixture is grey level 40 * i
+    assert [round(float(f.float().mean()) / 40) for f in exact] == [0, 3]
+    assert decode_video_frames(AVDecoder(io.BytesIO(video)), {"sampled_frames": 3}).shape == (3, 3, H, W)

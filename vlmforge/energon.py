@@ -9,13 +9,24 @@ A vlmforge sample is a *crude* WebDataset sample (``dataset.yaml`` = ``CrudeWebd
   ``"part": "<n>.<ext>"`` naming the tar part that holds its bytes;
 * ``0.jpg``, ``1.png``, ``2.mp4``, ...: the media, numbered in order of appearance.
 
-:func:`cook_chat` turns such a sample into a :class:`ChatSample`. Use :class:`ChatTaskEncoder` (or register
-:data:`COOKERS` on your own task encoder).
+:func:`cook_chat` turns such a sample into a :class:`ChatSample`; videos stay ``AVDecoder`` objects
+(decode what you need in your encoder). :func:`cook_chat_frames` also decodes every video into a ``uint8``
+frame tensor ``(T, 3, H, W)``: the frames named by the content part's ``frame_indices`` (the frames the
+token count assumed) when present, else ``sampled_frames`` (a count) or :data:`DEFAULT_VIDEO_FRAMES`
+frames spread uniformly. Use :class:`ChatTaskEncoder` (``ChatTaskEncoder(video_frames=True)`` for
+decoded frames) or register :data:`COOKERS` / :data:`FRAME_COOKERS` on your own task encoder::
+
+    class MyEncoder(DefaultTaskEncoder[ChatSample, MyEncoded, MyRaw, MyBatch]):
+        cookers = FRAME_COOKERS
+
+        def encode_sample(self, sample: ChatSample) -> MyEncoded:
+            ...  # sample.messages holds the images / frame tensors in place of their parts
 """
 
 from __future__ import annotations
 
 import copy
+import io
 import json
 from typing import Any
 
@@ -24,10 +35,14 @@ from megatron.energon import Cooker, DefaultTaskEncoder, Sample, basic_sample_ke
 __all__ = [
     "AV_EXTENSIONS",
     "COOKERS",
+    "DEFAULT_VIDEO_FRAMES",
+    "FRAME_COOKERS",
     "IMAGE_EXTENSIONS",
     "ChatSample",
     "ChatTaskEncoder",
     "cook_chat",
+    "cook_chat_frames",
+    "decode_video_frames",
     "media_part_names",
 ]
 
@@ -37,6 +52,8 @@ IMAGE_EXTENSIONS = frozenset(
 )
 #: Part extensions decoded as ``AVDecoder`` by Energon's default decoder (video containers).
 AV_EXTENSIONS = frozenset({"mp4", "avi", "mov", "webm", "mkv", "flv"})
+#: Frames decoded per video by :func:`cook_chat_frames` when the record names neither indices nor a count.
+DEFAULT_VIDEO_FRAMES = 16
 
 
 @edataclass
@@ -52,7 +69,8 @@ class ChatSample(Sample):
     messages: list[dict]
     #: Decoded images (``torch.float32`` ``(3, H, W)`` in [0, 1] with the default decoder), in part order.
     images: list
-    #: Videos (``AVDecoder`` with the default decoder, raw bytes with ``decoder = None``), in part order.
+    #: Videos in part order: ``AVDecoder`` with the default decoder (raw bytes with ``decoder = None``);
+    #: ``uint8`` tensors ``(T, 3, H, W)`` from :func:`cook_chat_frames`.
     videos: list
     #: The json part (the original record).
     record: dict
@@ -77,9 +95,29 @@ def _extension(part: str) -> str:
     return part.rsplit(".", 1)[-1].lower()
 
 
-@stateless
-def cook_chat(sample: dict) -> ChatSample:
-    """Cook a crude vlmforge sample into a :class:`ChatSample` (see module docstring)."""
+def decode_video_frames(video: Any, part: dict | None = None) -> Any:
+    """Frames of one video as a ``uint8`` tensor ``(T, 3, H, W)``.
+
+    ``video`` is an ``AVDecoder`` (Energon's default decoder) or the raw bytes (``decoder = None``).
+    ``part`` is the video's content part from the record: its ``frame_indices`` (list of frame numbers)
+    are decoded exactly; else ``sampled_frames`` (int) or :data:`DEFAULT_VIDEO_FRAMES` frames are taken
+    uniformly over the video.
+    """
+    import torch
+    from megatron.energon.av import AVDecoder, get_single_frames_uniform
+
+    decoder = video if isinstance(video, AVDecoder) else AVDecoder(io.BytesIO(bytes(video)))
+    info = part or {}
+    indices = info.get("frame_indices")
+    if isinstance(indices, list) and indices and all(isinstance(i, int) for i in indices):
+        clips, _timestamps = decoder.get_video_clips([(i, i) for i in indices], video_unit="frames")
+        return torch.cat([clip[:1] for clip in clips], dim=0)
+    count = info.get("sampled_frames")
+    n = count if isinstance(count, int) and count > 0 else DEFAULT_VIDEO_FRAMES
+    return get_single_frames_uniform(decoder, n)
+
+
+def _cook(sample: dict, frames: bool) -> ChatSample:
     raw_record: Any = sample["json"]
     if isinstance(raw_record, bytes | str):  # decoder = None keeps raw bytes
         raw_record = json.loads(raw_record)
@@ -88,18 +126,13 @@ def cook_chat(sample: dict) -> ChatSample:
     record: dict = raw_record
 
     parts = media_part_names(sample)
-    images: list = []
-    videos: list = []
     for name in parts:
         ext = _extension(name)
-        if ext in IMAGE_EXTENSIONS:
-            images.append(sample[name])
-        elif ext in AV_EXTENSIONS:
-            videos.append(sample[name])
-        else:
+        if ext not in IMAGE_EXTENSIONS and ext not in AV_EXTENSIONS:
             raise ValueError(f"sample {sample.get('__key__')!r}: unsupported media part {name!r}")
 
     messages = copy.deepcopy(record.get("messages", []))
+    decoded: dict[str, Any] = {}
     referenced: list[str] = []
     for message in messages:
         content = message.get("content") if isinstance(message, dict) else None
@@ -111,7 +144,11 @@ def cook_chat(sample: dict) -> ChatSample:
             name = item["part"]
             if name not in sample or _part_index(name) is None:
                 raise ValueError(f"sample {sample.get('__key__')!r}: record references missing part {name!r}")
-            item[str(item.get("type", "media"))] = sample[name]
+            value = sample[name]
+            if frames and _extension(name) in AV_EXTENSIONS:
+                value = decoded[name] if name in decoded else decode_video_frames(value, item)
+            decoded[name] = value
+            item[str(item.get("type", "media"))] = value
             referenced.append(name)
     unreferenced = sorted(set(parts) - set(referenced))
     if unreferenced:
@@ -122,20 +159,39 @@ def cook_chat(sample: dict) -> ChatSample:
     return ChatSample(
         **basic_sample_keys(sample),
         messages=messages,
-        images=images,
-        videos=videos,
+        images=[decoded[name] for name in parts if _extension(name) in IMAGE_EXTENSIONS],
+        videos=[decoded[name] for name in parts if _extension(name) in AV_EXTENSIONS],
         record=record,
         parts=parts,
     )
 
 
+@stateless
+def cook_chat(sample: dict) -> ChatSample:
+    """Cook a crude vlmforge sample into a :class:`ChatSample` (videos left as ``AVDecoder``)."""
+    return _cook(sample, frames=False)
+
+
+@stateless
+def cook_chat_frames(sample: dict) -> ChatSample:
+    """Like :func:`cook_chat`, with every video decoded to frames (:func:`decode_video_frames`)."""
+    return _cook(sample, frames=True)
+
+
 COOKERS: list[Cooker] = [Cooker(cook_chat)]
+FRAME_COOKERS: list[Cooker] = [Cooker(cook_chat_frames)]
 
 
 class ChatTaskEncoder(DefaultTaskEncoder[ChatSample, ChatSample, list[ChatSample], list[ChatSample]]):
-    """Minimal task encoder: cooks with :data:`COOKERS`, batches as plain lists (variable-size images)."""
+    """Minimal task encoder: cooks with :data:`COOKERS` (:data:`FRAME_COOKERS` with ``video_frames=True``),
+    batches as plain lists (variable-size images)."""
 
     cookers = COOKERS
+
+    def __init__(self, *, video_frames: bool = False) -> None:
+        super().__init__()
+        self.video_frames = video_frames
+        self.cookers = FRAME_COOKERS if video_frames else COOKERS
 
     @stateless
     def batch(self, samples: list[ChatSample]) -> list[ChatSample]:

@@ -1,0 +1,1 @@
+"""Media recipes shipped with vlmforge (user-editable YAML, one per subset; see schemas/recipes.py)."""

@@ -1,0 +1,232 @@
+"""CLI commands ``catalog`` and ``refresh`` (registered on the main app by ``flows/cli.py``).
+
+``catalog`` prints what a release holds (subsets, hashes, rows, licenses, upstream media sources, revision)
+without fetching media; ``refresh`` compares that catalog with an output folder's last run and reruns only
+the subsets whose README, license, JSONL or media recipe changed, unpublishing the ones gone upstream.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["register"]
+
+console = Console()
+err = Console(stderr=True)
+
+CATALOG_EXAMPLES = """
+Examples:
+
+  vlmforge catalog ./Nemotron-Image-Training-v3
+
+  vlmforge catalog hf://datasets/nvidia/Nemotron-Image-Training-v3@<revision> --subset docvqa
+
+  vlmforge catalog s3://bucket/releases/v3 --storage-option endpoint_url=http://127.0.0.1:9000 --json
+"""
+
+REFRESH_EXAMPLES = """
+Examples:
+
+  vlmforge refresh hf://datasets/nvidia/Nemotron-Image-Training-v3@<new revision> --out ./out --dry-run
+
+  vlmforge refresh ./release --out ./out --license-allow CC-BY-4.0,CC-BY-SA-4.0,Apache-2.0
+"""
+
+StorageOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--storage-option",
+        help="fsspec storage option key=value for the release (repeatable; JSON values, dotted keys nest)",
+    ),
+]
+
+
+def _catalog(
+    release: str, subsets: list[str] | None, storage_option: list[str] | None, recipes: str | None, batch: int
+) -> list[Any]:
+    from vlmforge.tasks.catalog import catalog_release, parse_storage_options, recipe_fingerprints_from_dir
+
+    options = parse_storage_options(storage_option)
+    fingerprints = None
+    if recipes:
+        # Named subsets, or every recipe file of the folder (fingerprints of absent subsets are ignored).
+        names = subsets or [p.stem for p in Path(recipes).glob("*.yaml")]
+        fingerprints = recipe_fingerprints_from_dir(recipes, names)
+    return catalog_release(
+        release,
+        subsets=tuple(subsets or ()),
+        batch_lines=batch,
+        storage_options=options,
+        recipe_fingerprints=fingerprints,
+    )
+
+
+def _sources(sources: tuple[str, ...], limit: int = 3) -> str:
+    shown = list(sources[:limit])
+    if len(sources) > limit:
+        shown.append(f"(+{len(sources) - limit} more)")
+    return "\n".join(shown)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("catalog", epilog=CATALOG_EXAMPLES)
+    def catalog(
+        release: Annotated[str, typer.Argument(help="release folder or fsspec URL (hf://, s3://, file://)")],
+        subset: Annotated[
+            list[str] | None, typer.Option("--subset", help="only this subset (repeatable)")
+        ] = None,
+        storage_option: StorageOpt = None,
+        recipes: Annotated[
+            str | None, typer.Option(help="folder of <subset>.yaml media recipes (fingerprinted)")
+        ] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+    ) -> None:
+        """List a release's subsets: hashes, rows, license, upstream media sources, revision (no media)."""
+        entries = _catalog(release, subset, storage_option, recipes, 2000)
+        if as_json:
+            rows = [
+                {
+                    "subset": e.subset,
+                    "readme_sha256": e.readme_sha256,
+                    "jsonl_sha256": e.jsonl_sha256,
+                    "jsonl_bytes": e.jsonl_bytes,
+                    "rows": e.rows,
+                    "license": e.license,
+                    "license_text": e.license_text,
+                    "media_tars": len(e.media_tars),
+                    "media_sources": list(e.media_sources),
+                    "media_recipe_sha256": e.media_recipe_sha256,
+                    "duplicate_rows": len(e.duplicate_rows),
+                    "id_conflicts": len(e.id_conflicts),
+                    "revision": e.revision,
+                }
+                for e in entries
+            ]
+            typer.echo(json.dumps(rows, indent=1))
+            return
+        revision = entries[0].revision if entries else None
+        t = Table(title=f"{release} (revision {revision or 'not pinned'}): {len(entries)} subsets")
+        for col, justify in (
+            ("subset", "left"),
+            ("rows", "right"),
+            ("JSONL", "right"),
+            ("license", "left"),
+            ("README sha256", "left"),
+            ("JSONL sha256", "left"),
+            ("tars", "right"),
+            ("dups", "right"),
+            ("id conflicts", "right"),
+            ("media sources", "left"),
+        ):
+            t.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+        for e in entries:
+            lic = e.license if e.license != "unknown" else f"unknown: {(e.license_text or '')[:60]}"
+            t.add_row(
+                e.subset,
+                f"{e.rows:,}",
+                f"{e.jsonl_bytes / 1e6:,.1f} MB",
+                lic,
+                (e.readme_sha256 or "-")[:12],
+                e.jsonl_sha256[:12],
+                str(len(e.media_tars)),
+                str(len(e.duplicate_rows)),
+                str(len(e.id_conflicts)),
+                _sources(e.media_sources),
+            )
+        console.print(t)
+
+    @app.command("refresh", epilog=REFRESH_EXAMPLES)
+    def refresh(
+        release: Annotated[str, typer.Argument(help="release folder or fsspec URL (the new upstream)")],
+        out: Annotated[str, typer.Option("--out", "-o", help="output folder of the earlier run")],
+        storage_option: StorageOpt = None,
+        recipes: Annotated[
+            str | None, typer.Option(help="folder of <subset>.yaml media recipes (fingerprinted)")
+        ] = None,
+        license_allow: Annotated[
+            list[str] | None,
+            typer.Option(help="only subsets under these licenses (SPDX ids or patterns, comma-separated)"),
+        ] = None,
+        retry_unpublished: Annotated[
+            bool, typer.Option(help="also rerun subsets whose last run was held back")
+        ] = False,
+        dry_run: Annotated[bool, typer.Option(help="print what would change, do nothing")] = False,
+    ) -> None:
+        """Rerun only subsets whose README, license, JSONL or media recipe changed; unpublish removed ones."""
+        from vlmforge.tasks.manifests import OutputLayout
+        from vlmforge.tasks.refresh import (
+            parse_license_allow,
+            plan_refresh,
+            read_previous_catalog,
+            split_by_license,
+        )
+
+        layout = OutputLayout(out)
+        entries = _catalog(release, None, storage_option, recipes, 2000)
+        allow = parse_license_allow(license_allow)
+        entries, excluded = split_by_license(entries, allow)
+        previous = read_previous_catalog(layout)
+        plan = plan_refresh(entries, previous, retry_unpublished=retry_unpublished)
+        for subset, why in excluded:  # a published subset whose license is no longer allowed comes out
+            if subset in previous:
+                from vlmforge.tasks.refresh import SubsetChange
+
+                plan.changes.append(SubsetChange(subset, "unpublish", (why,)))
+        t = Table(title=f"refresh {out} from {release}")
+        for col in ("subset", "action", "why"):
+            t.add_column(col, overflow="fold")
+        colour = {"rerun": "yellow", "unpublish": "red", "unchanged": "green"}
+        for c in sorted(plan.changes, key=lambda c: c.subset):
+            t.add_row(
+                c.subset, f"[{colour[c.action]}]{c.action}", "; ".join(c.reasons) or "no upstream change"
+            )
+        console.print(t)
+        if dry_run or (not plan.rerun and not plan.unpublish):
+            return
+        _apply(release, out, plan, storage_option, allow)
+
+
+def _apply(release: str, out: str, plan: Any, storage_option: list[str] | None, allow: list[str]) -> None:
+    """Run the refresh: the lead's ``refresh_release`` flow when present, else unpublish + ``run_release``."""
+    from vlmforge.flows import pipeline
+    from vlmforge.flows.runtime import embedded_runtime
+    from vlmforge.schemas.config import RunConfig
+    from vlmforge.tasks.catalog import parse_storage_options
+    from vlmforge.tasks.refresh import last_run_options
+
+    base = last_run_options(out) or {}
+    fields = RunConfig.model_fields
+    options: dict[str, Any] = {k: v for k, v in base.items() if k in fields}
+    options.update(release=release, out=out, subsets=tuple(plan.rerun))
+    if "storage_options" in fields:
+        options["storage_options"] = parse_storage_options(storage_option)
+    if "license_allow" in fields:
+        options["license_allow"] = tuple(allow)
+    cfg = RunConfig(**options)
+    flow = getattr(pipeline, "refresh_release", None)
+    with embedded_runtime():
+        if flow is not None:
+            summary = flow(cfg, plan)
+        else:
+            from vlmforge.tasks.manifests import OutputLayout
+            from vlmforge.tasks.publish import publish_metadataset
+            from vlmforge.tasks.refresh import unpublish_subset
+
+            layout = OutputLayout(out)
+            for subset in plan.unpublish:
+                unpublish_subset(layout, subset)
+            summary = pipeline.run_release(cfg) if plan.rerun else None
+            publish_metadataset(layout)
+    if summary is not None:
+        from vlmforge.flows.cli import print_summary
+
+        print_summary(summary)
+        if summary.failed:
+            err.print(f"[red]not published:[/red] {', '.join(summary.failed)}")
+            raise typer.Exit(1)

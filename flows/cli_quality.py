@@ -1,0 +1,78 @@
+"""``vlmforge quality OUT``: the quality gate's results of a run, as a table (or JSON)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+QUALITY_EXAMPLES = """
+Examples:
+
+  vlmforge quality ./out
+
+  vlmforge quality ./out --run 20260102T030405-a1b2c3 --format json
+"""
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``quality`` command to ``app``."""
+    app.command("quality", epilog=QUALITY_EXAMPLES)(quality)
+
+
+def quality(
+    out: Annotated[str, typer.Argument(help="output folder of a run")],
+    run: Annotated[str | None, typer.Option("--run", help="run id (default: the latest run)")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table | json")] = "table",
+) -> None:
+    """Show the quality gate's results of the latest run (or --run): per subset, per suite, and why."""
+    import json
+
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from vlmforge.tasks.errors import ConfigError
+    from vlmforge.tasks.gate import SUITES
+    from vlmforge.tasks.manifests import OutputLayout
+    from vlmforge.tasks.quality import load_run, quality_rows
+
+    if fmt not in ("table", "json"):
+        raise ConfigError(f"--format {fmt!r}: expected table or json")
+    layout = OutputLayout(out)
+    result = load_run(layout, run)
+    rows = quality_rows(result)
+    console = Console()
+    if fmt == "json":
+        console.print_json(
+            json.dumps(
+                {
+                    "run_id": result.run_id,
+                    "skip_gate": result.skip_gate,
+                    "overrides": result.overrides,
+                    "failed": result.failed,
+                    "docs": result.docs,
+                    "subsets": [r | {"failures": r["failures"].splitlines()} for r in rows],
+                }
+            )
+        )
+        return
+    title = f"quality gate of run {result.run_id}"
+    if result.skip_gate:
+        title += " (gate skipped: --skip-gate)"
+    table = Table(title=title, show_lines=True)
+    table.add_column("subset", overflow="fold")
+    table.add_column("result")
+    for suite in SUITES:
+        table.add_column(suite)
+    table.add_column("what failed", overflow="fold", ratio=1)
+    colour = {"passed": "green", "failed": "red"}
+    for r in rows:
+        cells = [f"[{colour.get(r['result'], 'yellow')}]{r['result']}"]
+        cells += [("[red]" if r[s] == "FAILED" else "") + r[s] for s in SUITES]
+        table.add_row(escape(r["subset"]), *cells, escape(r["failures"]))
+    console.print(table)
+    if result.docs:
+        console.print(f"Data Docs: {escape(result.docs)}")
+    if result.overrides:
+        console.print(f"gate overrides: {escape(', '.join(result.overrides))}")

@@ -1,0 +1,273 @@
+"""CLI commands ``tokens``, ``plan`` and ``stats`` (registered on the main app by ``flows/cli.py``).
+
+``tokens`` answers "what will these cost?" from sizes alone, with the same code the pipeline counts with;
+``plan`` packs a run's ok samples into sequences; ``stats`` prints per-subset numbers and writes an HTML
+report.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["parse_image_size", "parse_video", "register"]
+
+console = Console()
+
+TOKENS_EXAMPLES = """
+Examples:
+
+  vlmforge tokens --model qwen3_vl --image 1920x1080 --image 640x480 --video 1280x720:300@30
+
+  vlmforge tokens --model qwen2_5_vl --max-pixels 1003520 --image 4000x3000 --json
+
+  vlmforge tokens --model internvl --image 800x600
+"""
+
+PLAN_EXAMPLES = """
+Examples:
+
+  vlmforge plan ./out --seq-len 16384 --pad-multiple 64
+
+  vlmforge plan ./out --seq-len 8192 --mix --subset docvqa --subset chartqa_1
+"""
+
+STATS_EXAMPLES = """
+Examples:
+
+  vlmforge stats ./out
+
+  vlmforge stats ./out --html ./stats.html --json
+"""
+
+_SIZE = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+)\s*$")
+_VIDEO = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+)\s*:\s*(\d+)\s*@\s*(\d+(?:\.\d+)?)\s*$")
+
+
+def parse_image_size(text: str) -> tuple[int, int]:
+    """``WIDTHxHEIGHT`` -> (width, height)."""
+    m = _SIZE.match(text)
+    if not m or int(m.group(1)) <= 0 or int(m.group(2)) <= 0:
+        raise typer.BadParameter(f"{text!r} is not WIDTHxHEIGHT with positive integers (e.g. 1920x1080)")
+    return int(m.group(1)), int(m.group(2))
+
+
+def parse_video(text: str) -> tuple[int, int, int, float]:
+    """``WIDTHxHEIGHT:FRAMES@FPS`` -> (width, height, frames, fps)."""
+    m = _VIDEO.match(text)
+    if not m or min(int(m.group(1)), int(m.group(2)), int(m.group(3))) <= 0 or float(m.group(4)) <= 0:
+        raise typer.BadParameter(
+            f"{text!r} is not WIDTHxHEIGHT:FRAMES@FPS with positive numbers (e.g. 1280x720:300@30)"
+        )
+    return int(m.group(1)), int(m.group(2)), int(m.group(3)), float(m.group(4))
+
+
+def _emit_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``tokens``, ``plan`` and ``stats`` to ``app``."""
+
+    @app.command("tokens", epilog=TOKENS_EXAMPLES)
+    def tokens(
+        model: Annotated[str, typer.Option(help="model preset (vlmforge.schemas.presets)")] = "qwen2_5_vl",
+        image: Annotated[
+            list[str] | None, typer.Option("--image", help="an image as WIDTHxHEIGHT (repeatable)")
+        ] = None,
+        video: Annotated[
+            list[str] | None,
+            typer.Option("--video", help="a video as WIDTHxHEIGHT:FRAMES@FPS (repeatable)"),
+        ] = None,
+        max_pixels: Annotated[int | None, typer.Option(help="resize images above this many pixels")] = None,
+        min_pixels: Annotated[int | None, typer.Option(help="model min pixels (default: preset)")] = None,
+        max_num_frames: Annotated[int | None, typer.Option(help="cap sampled frames per video")] = None,
+        frames_mode: Annotated[
+            str, typer.Option(help="uniform | truncate (over --max-num-frames)")
+        ] = "uniform",
+        model_dir: Annotated[
+            str | None, typer.Option(help="local model folder whose config files override the preset")
+        ] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    ) -> None:
+        """Visual tokens of images and videos of given sizes, as one sample of MODEL (no files needed)."""
+        from vlmforge.schemas.presets import load_preset
+        from vlmforge.tasks.tokens import image_tokens, sample_video_frames, video_tokens
+
+        if frames_mode not in ("uniform", "truncate"):
+            raise typer.BadParameter(f"--frames-mode must be uniform or truncate, got {frames_mode!r}")
+        images = [parse_image_size(t) for t in image or []]
+        videos = [parse_video(t) for t in video or []]
+        if not images and not videos:
+            raise typer.BadParameter(
+                "give at least one --image WIDTHxHEIGHT or --video WIDTHxHEIGHT:FRAMES@FPS"
+            )
+        try:
+            preset = load_preset(model, model_dir)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+        rows: list[dict[str, Any]] = []
+        try:
+            for w, h in images:
+                r = image_tokens(
+                    preset, h, w, max_pixels=max_pixels, min_pixels=min_pixels, n_images=len(images)
+                )
+                rows.append(
+                    {"kind": "image", "size": f"{w}x{h}", "seen": f"{r.resized_width}x{r.resized_height}",
+                     "tiles": r.tiles, "frames": None, "tokens": r.tokens}
+                )  # fmt: skip
+            for w, h, frames, fps in videos:
+                idx = sample_video_frames(
+                    preset, frames, fps, max_num_frames=max_num_frames,
+                    mode=frames_mode,  # type: ignore[arg-type]
+                )  # fmt: skip
+                v = video_tokens(preset, len(idx), h, w, indices=idx, video_fps=fps, max_pixels=max_pixels)
+                rows.append(
+                    {"kind": "video", "size": f"{w}x{h}:{frames}@{fps:g}",
+                     "seen": f"{v.resized_width}x{v.resized_height}", "tiles": None, "frames": len(idx),
+                     "tokens": v.tokens}
+                )  # fmt: skip
+        except ValueError as exc:  # aspect ratio over the limit, too few frames, a model without video...
+            raise typer.BadParameter(str(exc)) from None
+        per_image = [row["tokens"] for row in rows if row["kind"] == "image"]
+        per_video = [row["tokens"] for row in rows if row["kind"] == "video"]
+        total = sum(per_image) + sum(per_video)
+        if as_json:
+            _emit_json(
+                {"model": preset.name, "images": per_image, "videos": per_video, "visual_tokens": total}
+            )
+            return
+        t = Table(title=f"visual tokens for {preset.name} (one sample)")
+        for col in ("kind", "size (WxH)", "model sees (WxH)", "tiles", "frames", "tokens"):
+            t.add_column(
+                col, justify="left" if col in ("kind", "size (WxH)", "model sees (WxH)") else "right"
+            )
+        for row in rows:
+            t.add_row(
+                row["kind"],
+                row["size"],
+                row["seen"],
+                "" if row["tiles"] is None or preset.family == "qwen" else str(row["tiles"]),
+                "" if row["frames"] is None else str(row["frames"]),
+                f"{row['tokens']:,}",
+            )
+        t.add_row("total", "", "", "", "", f"{total:,}", style="bold")
+        console.print(t)
+        console.print(
+            "Text tokens (template, wrappers, timestamps) come on top; the pipeline counts them exactly."
+        )
+
+    @app.command("plan", epilog=PLAN_EXAMPLES)
+    def plan(
+        out: Annotated[str, typer.Argument(help="output folder of a run")],
+        seq_len: Annotated[int, typer.Option("--seq-len", help="tokens per packed sequence")],
+        pad_multiple: Annotated[int, typer.Option(help="round every sample up to a multiple of this")] = 1,
+        mix: Annotated[
+            bool, typer.Option("--mix", help="pack the subsets together (default: each alone)")
+        ] = False,
+        subset: Annotated[
+            list[str] | None, typer.Option("--subset", help="only this subset (repeatable)")
+        ] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    ) -> None:
+        """Pack the ok samples first-fit-decreasing into SEQ_LEN sequences; write the plan manifest."""
+        from vlmforge.tasks.plan import build_plan
+
+        if seq_len <= 0 or pad_multiple <= 0:
+            raise typer.BadParameter("--seq-len and --pad-multiple must be > 0")
+        r = build_plan(
+            out, seq_len, pad_multiple=pad_multiple, scope="mix" if mix else "subset", subsets=subset
+        )
+        if as_json:
+            _emit_json(
+                {
+                    "out": out,
+                    "seq_len": seq_len,
+                    "pad_multiple": pad_multiple,
+                    "scope": r.scope,
+                    "samples": r.samples,
+                    "packs": r.packs,
+                    "tokens": r.tokens,
+                    "too_long": r.too_long,
+                    "efficiency": r.efficiency,
+                    "padding_waste": r.padding_waste,
+                    "tail_waste": r.tail_waste,
+                    "groups": [g.__dict__ for g in r.groups],
+                }
+            )
+            return
+        t = Table(title=f"sequence plan: seq_len {seq_len:,}, pad multiple {pad_multiple} ({r.scope})")
+        for col in ("subset", "split", "samples", "packs", "tokens", "efficiency", "too long"):
+            t.add_column(col, justify="left" if col in ("subset", "split") else "right")
+        for g in r.groups:
+            cap = g.capacity(seq_len)
+            t.add_row(
+                g.name, g.split, f"{g.samples:,}", f"{g.packs:,}", f"{g.tokens:,}",
+                f"{g.tokens / cap:.1%}" if cap else "-", f"{g.too_long:,}",
+            )  # fmt: skip
+        console.print(t)
+        console.print(
+            f"packing efficiency {r.efficiency:.2%} (tokens / (packs x seq_len)); padding waste "
+            f"{r.padding_waste:.2%} from rounding to {pad_multiple}, {r.tail_waste:.2%} empty pack tails; "
+            f"{r.packs:,} packs of {r.samples:,} samples"
+        )
+        if r.too_long:
+            console.print(
+                f"[yellow]{r.too_long:,} ok sample(s) longer than {seq_len:,} tokens are not in the "
+                "plan[/yellow] (run with --seq-len to drop or truncate them)"
+            )
+        console.print(f"plan written: {len(r.paths)} part(s) under {out.rstrip('/')}/manifests/plan/")
+
+    @app.command("stats", epilog=STATS_EXAMPLES)
+    def stats(
+        out: Annotated[str, typer.Argument(help="output folder of a run")],
+        html: Annotated[str | None, typer.Option(help="report path (default OUT/reports/stats.html)")] = None,
+        subset: Annotated[
+            list[str] | None, typer.Option("--subset", help="only this subset (repeatable)")
+        ] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    ) -> None:
+        """Per-subset samples, media and token statistics, plus a self-contained HTML report with plots."""
+        from vlmforge.tasks.stats import write_stats_report
+
+        report = write_stats_report(out, html, subset)
+        if as_json:
+            _emit_json(report.to_dict())
+            return
+        t = Table(title=f"vlmforge stats: {out}")
+        for col in ("subset", "rows", "ok", "rejected", "dropped", "images", "videos", "resized images"):
+            t.add_column(col, justify="left" if col == "subset" else "right", overflow="fold")
+        for s in report.subsets:
+            t.add_row(
+                s.subset,
+                *(
+                    f"{v:,}"
+                    for v in (s.rows, s.ok, s.rejected, s.dropped, s.images, s.videos, s.resized_images)
+                ),
+            )
+        console.print(t)
+        k = Table(title="tokens of the ok samples (p50 / p95 nearest-rank)")
+        for col in ("subset", "tokens", "sum", "p50", "p95", "max"):
+            k.add_column(col, justify="left" if col in ("subset", "tokens") else "right", overflow="fold")
+        for s in report.subsets:
+            for i, (name, d) in enumerate((("text", s.text), ("visual", s.visual), ("total", s.total))):
+                k.add_row(
+                    s.subset if i == 0 else "",
+                    name,
+                    *(f"{v:,}" for v in (d.sum, d.p50, d.p95, d.max)),
+                    end_section=i == 2,
+                )
+        console.print(k)
+        h = Table(title="images per sample (ok samples)")
+        h.add_column("subset")
+        h.add_column("histogram (images: samples)", overflow="fold")
+        for s in report.subsets:
+            h.add_row(s.subset, "  ".join(f"{k}: {v:,}" for k, v in sorted(s.images_per_sample.items())))
+        console.print(h)
+        console.print(f"report: {report.html_path}")

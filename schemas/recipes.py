@@ -1,0 +1,346 @@
+"""Media recipes: where a subset's media references come from (user-editable YAML under ``catalog/``).
+
+A recipe lists sources, tried in order for every reference; the first one that yields the object wins:
+
+- ``release_tar``: the subset's own media in the release (loose files under ``<subset>/`` and
+  ``<subset>/media/``, then members of ``<subset>/media/shard_*.tar``), exactly as the pipeline resolves them.
+- ``local``: a folder holding the upstream layout (default: each ``--media-root``).
+- ``http_files``: one URL per reference, from a template.
+- ``archive``: a zip (read through its central directory with range requests) or a tar (streamed once)
+  at a URL, with the member path as a template and the archive's sha256 when it is published.
+- ``s3``: an object per reference, ``s3://bucket/prefix/{name}``.
+- ``hf``: a file per reference in a Hugging Face repo at a pinned revision.
+
+Templates name variables in braces: ``{ref}`` (the normalised reference), ``{name}`` (its last path
+component), ``{stem}``, ``{ext}`` (without the dot), ``{dir}`` (``""`` at top level), ``{shard}`` (archives
+with ``shards``), and the named groups of the source's ``match`` regex. A reference that the regex does not
+match is not looked up in that source. ``${NAME}`` is replaced by the environment variable NAME (a source
+whose variable is unset is skipped with a reason), so a recipe can point at a local mirror without naming it.
+
+RECIPE BREAKING CHANGE rule: renaming a field or a variable breaks users' recipes; add, never repurpose.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import string
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+BASE_VARIABLES: frozenset[str] = frozenset({"ref", "name", "stem", "ext", "dir"})
+_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_SUBSET_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class UnsetVariable(Exception):
+    """A ``${NAME}`` in a template names an environment variable that is not set."""
+
+
+def template_fields(template: str) -> list[str]:
+    """Variable names used by ``template`` (``${ENV}`` parts excluded); raises ValueError if malformed."""
+    text = _ENV_RE.sub("", template)
+    names = []
+    for _, field, spec, conv in string.Formatter().parse(text):
+        if field is None:
+            continue
+        if not field.isidentifier() or spec or conv:
+            raise ValueError(
+                f"template {template!r}: '{{{field}{'!' + conv if conv else ''}"
+                f"{':' + spec if spec else ''}}}'"
+                " is not a plain variable (write {name}, no attributes, indexes or format specs)"
+            )
+        names.append(field)
+    return names
+
+
+def expand_env(text: str) -> str:
+    """Replace ``${NAME}`` by the environment variable NAME; raises UnsetVariable when it is not set."""
+
+    def sub(m: re.Match[str]) -> str:
+        value = os.environ.get(m.group(1))
+        if value is None:
+            raise UnsetVariable(f"${{{m.group(1)}}} is not set")
+        return value
+
+    return _ENV_RE.sub(sub, text)
+
+
+def fill(template: str, variables: dict[str, str]) -> str:
+    """``template`` with its variables and ``${ENV}`` parts filled in."""
+    return expand_env(template).format_map(variables)
+
+
+def ref_variables(ref: str, match: re.Pattern[str] | None) -> dict[str, str] | None:
+    """Template variables of one normalised reference, or None when ``match`` does not match it."""
+    name = posixpath.basename(ref)
+    stem, dot, ext = name.rpartition(".")
+    if not dot:
+        stem, ext = name, ""
+    variables = {"ref": ref, "name": name, "stem": stem, "ext": ext, "dir": posixpath.dirname(ref)}
+    if match is not None:
+        m = match.search(ref)
+        if m is None:
+            return None
+        variables |= {k: v or "" for k, v in m.groupdict().items()}
+    return variables
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _SourceBase(_Model):
+    match: str | None = Field(
+        default=None, description="regex searched in the normalised reference; named groups become variables"
+    )
+
+    @field_validator("match")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as exc:
+                raise ValueError(f"match is not a valid regex: {exc}") from None
+        return v
+
+    def compiled_match(self) -> re.Pattern[str] | None:
+        return re.compile(self.match) if self.match else None
+
+    def _check_templates(self, extra: frozenset[str], **templates: str | None) -> None:
+        allowed = BASE_VARIABLES | extra
+        if self.match:
+            allowed = allowed | set(re.compile(self.match).groupindex)
+        for field, template in templates.items():
+            if template is None:
+                continue
+            unknown = sorted(set(template_fields(template)) - allowed)
+            if unknown:
+                raise ValueError(
+                    f"{field} {template!r} uses unknown variable(s) {', '.join(unknown)}; "
+                    f"known: {', '.join(sorted(allowed))}"
+                )
+
+
+class ReleaseTarSource(_SourceBase):
+    """The subset's own media in the release, in the pipeline's resolution order."""
+
+    kind: Literal["release_tar"]
+
+
+class LocalSource(_SourceBase):
+    """A folder (local path or fsspec URL) holding the upstream files in the documented layout."""
+
+    kind: Literal["local"]
+    root: str | None = Field(default=None, description="folder; None: each --media-root of the run")
+    path: str = Field(default="{ref}", description="file path under root (template)")
+    storage_options: dict[str, Any] = Field(default_factory=dict, description="fsspec options of root")
+
+    @model_validator(mode="after")
+    def _templates(self) -> LocalSource:
+        self._check_templates(frozenset(), path=self.path, root=self.root)
+        return self
+
+
+class HttpFilesSource(_SourceBase):
+    """One HTTP(S) URL per reference."""
+
+    kind: Literal["http_files"]
+    url: str = Field(description="URL template, e.g. https://host/images/{name}")
+    max_concurrency: int | None = Field(default=None, gt=0, description="requests in flight to this host")
+
+    @model_validator(mode="after")
+    def _templates(self) -> HttpFilesSource:
+        if not expand_env_safe(self.url).startswith(("http://", "https://", "${")):
+            raise ValueError(f"url {self.url!r} must start with http:// or https://")
+        self._check_templates(frozenset(), url=self.url)
+        return self
+
+
+class ShardRange(_Model):
+    """``{shard}`` takes every value from ``start`` to ``stop`` (inclusive), zero-padded to ``width``."""
+
+    start: int = Field(ge=0)
+    stop: int = Field(ge=0)
+    width: int = Field(default=0, ge=0, le=12)
+
+    @model_validator(mode="after")
+    def _order(self) -> ShardRange:
+        if self.stop < self.start:
+            raise ValueError(f"stop ({self.stop}) is below start ({self.start})")
+        if self.stop - self.start >= 100_000:
+            raise ValueError("more than 100000 shards")
+        return self
+
+    def values(self) -> list[str]:
+        return [str(i).zfill(self.width) for i in range(self.start, self.stop + 1)]
+
+
+class ArchiveSource(_SourceBase):
+    """A zip or tar at a URL (http(s), s3://, hf://, or a local path); only referenced members are read."""
+
+    kind: Literal["archive"]
+    url: str = Field(description="archive URL (template: variables pick the archive per reference)")
+    format: Literal["zip", "tar"] | None = Field(default=None, description="default: from the URL suffix")
+    member: str = Field(default="{ref}", description="member path inside the archive (template)")
+    sha256: str | dict[str, str] | None = Field(
+        default=None, description="published sha256 of the archive (or a map archive URL -> sha256)"
+    )
+    size: int | None = Field(default=None, ge=0, description="published size in bytes (informational)")
+    extract: Literal["referenced", "all"] = Field(
+        default="referenced",
+        description="tar only: 'all' stores every member while streaming, so later batches need no stream",
+    )
+    shards: ShardRange | None = Field(default=None, description="archives named by a {shard} range")
+    max_concurrency: int | None = Field(default=None, gt=0)
+    storage_options: dict[str, Any] = Field(
+        default_factory=dict, description="fsspec options for s3:// or hf:// archives (anon, endpoint_url...)"
+    )
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha(cls, v: str | dict[str, str] | None) -> str | dict[str, str] | None:
+        values = [v] if isinstance(v, str) else list(v.values()) if isinstance(v, dict) else []
+        for s in values:
+            if not _SHA256_RE.match(s):
+                raise ValueError(f"sha256 {s!r} is not 64 lowercase hex digits")
+        return v
+
+    @model_validator(mode="after")
+    def _templates(self) -> ArchiveSource:
+        extra = frozenset({"shard"}) if self.shards else frozenset()
+        self._check_templates(extra, url=self.url, member=self.member)
+        if self.shards and "shard" not in template_fields(self.url):
+            raise ValueError("shards is set but url does not use {shard}")
+        if self.archive_format(self.url) is None:
+            raise ValueError(f"cannot tell the format of {self.url!r}: set format: zip or format: tar")
+        return self
+
+    def archive_format(self, url: str) -> Literal["zip", "tar"] | None:
+        if self.format:
+            return self.format
+        low = url.lower().split("?", 1)[0]
+        if low.endswith(".zip"):
+            return "zip"
+        if low.endswith((".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")):
+            return "tar"
+        return None
+
+    def expected_sha256(self, url: str) -> str | None:
+        if isinstance(self.sha256, dict):
+            return self.sha256.get(url)
+        return self.sha256
+
+
+class S3Source(_SourceBase):
+    """One S3 object per reference."""
+
+    kind: Literal["s3"]
+    url: str = Field(description="s3://bucket/prefix/{name}")
+    anon: bool = Field(default=True, description="unsigned requests (public buckets)")
+    endpoint_url: str | None = None
+    region: str | None = None
+
+    @model_validator(mode="after")
+    def _templates(self) -> S3Source:
+        if not self.url.startswith("s3://"):
+            raise ValueError(f"url {self.url!r} must start with s3://")
+        self._check_templates(frozenset(), url=self.url)
+        return self
+
+
+class HfSource(_SourceBase):
+    """One file per reference in a Hugging Face repo at a pinned revision (read through fsspec ``hf://``)."""
+
+    kind: Literal["hf"]
+    repo: str = Field(description="owner/name")
+    revision: str = Field(min_length=1, description="commit sha (preferred), tag or branch")
+    repo_type: Literal["dataset", "model"] = "dataset"
+    path: str = Field(default="{ref}", description="file path in the repo (template)")
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*", v):
+            raise ValueError(f"repo {v!r} must be owner/name")
+        return v
+
+    @model_validator(mode="after")
+    def _templates(self) -> HfSource:
+        self._check_templates(frozenset(), path=self.path)
+        return self
+
+    def fsspec_url(self, path: str) -> str:
+        """``hf://datasets/owner/name@revision/path`` (a revision with '/' is percent-encoded)."""
+        prefix = "datasets/" if self.repo_type == "dataset" else ""
+        revision = self.revision.replace("/", "%2F")
+        return f"hf://{prefix}{self.repo}@{revision}/{path.lstrip('/')}"
+
+
+Source = Annotated[
+    ReleaseTarSource | LocalSource | HttpFilesSource | ArchiveSource | S3Source | HfSource,
+    Field(discriminator="kind"),
+]
+SOURCE_KINDS: tuple[str, ...] = ("release_tar", "local", "http_files", "archive", "s3", "hf")
+REMOTE_KINDS: frozenset[str] = frozenset({"http_files", "archive", "s3", "hf"})
+
+
+class Recipe(_Model):
+    """Where one subset's media come from, and under which terms."""
+
+    subset: str
+    status: Literal["draft", "ready"] = Field(
+        default="ready", description="draft: written by `vlmforge recipe init`, refused until reviewed"
+    )
+    title: str | None = None
+    upstream: str | None = Field(default=None, description="homepage of the upstream media")
+    license: str = Field(min_length=1, description="SPDX id, LicenseRef-..., or 'unknown'")
+    license_url: str | None = None
+    license_note: str | None = None
+    notes: str | None = None
+    sources: list[Source] = Field(min_length=1)
+
+    @field_validator("subset")
+    @classmethod
+    def _subset(cls, v: str) -> str:
+        if not _SUBSET_RE.match(v):
+            raise ValueError(f"subset {v!r} must be a folder name (letters, digits, _ . -)")
+        return v
+
+    @property
+    def remote(self) -> bool:
+        """True when a source needs the network (or an object store)."""
+        return any(s.kind in REMOTE_KINDS for s in self.sources)
+
+    @classmethod
+    def default(cls, subset: str) -> Recipe:
+        """What the pipeline does without a recipe: media roots, then the release's own media."""
+        return cls(
+            subset=subset,
+            license="unknown",
+            notes="default: no recipe in the catalog",
+            sources=[LocalSource(kind="local"), ReleaseTarSource(kind="release_tar")],
+        )
+
+
+def expand_env_safe(text: str) -> str:
+    """``text`` with ``${NAME}`` parts left as they are when unset (for validation only)."""
+    try:
+        return expand_env(text)
+    except UnsetVariable:
+        return text
+
+
+def parse_recipe(data: Any) -> Recipe:
+    """A Recipe from decoded YAML/JSON; raises pydantic.ValidationError naming the field path."""
+    return Recipe.model_validate(data)
+
+
+def parse_recipe_yaml(text: str) -> Recipe:
+    """A Recipe from YAML text; raises yaml.YAMLError or pydantic.ValidationError."""
+    return parse_recipe(yaml.safe_load(text))
