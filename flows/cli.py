@@ -49,7 +49,31 @@ def run(
     media_root: Annotated[
         list[str] | None, typer.Option("--media-root", help="folder searched first for media (repeatable)")
     ] = None,
+    storage_option: Annotated[
+        list[str] | None,
+        typer.Option("--storage-option", help="fsspec option of the release, key=value (repeatable)"),
+    ] = None,
+    license_allow: Annotated[
+        list[str] | None,
+        typer.Option(help="only subsets under these licenses (SPDX ids or patterns, comma-separated)"),
+    ] = None,
+    allow_url_scheme: Annotated[
+        list[str] | None,
+        typer.Option("--allow-url-scheme", help="media references may be URLs of this scheme (repeatable)"),
+    ] = None,
+    store: Annotated[
+        str | None, typer.Option(help="content-addressed media store, any fsspec URL (default OUT/store)")
+    ] = None,
+    recipes: Annotated[
+        list[str] | None,
+        typer.Option("--recipes", help="folder of <subset>.yaml media recipes, before catalog/ (repeatable)"),
+    ] = None,
+    fetch_concurrency: Annotated[int, typer.Option(help="fetch threads per batch")] = 16,
+    fetch_per_host: Annotated[int, typer.Option(help="requests in flight per upstream host")] = 8,
     model: Annotated[str, typer.Option(help="model preset for token counts and resize")] = "qwen2_5_vl",
+    model_dir: Annotated[
+        str | None, typer.Option(help="local model folder: its preprocessor_config.json overrides the preset")
+    ] = None,
     tokenizer: Annotated[str | None, typer.Option(help="tokenizer.json or model folder")] = None,
     max_pixels: Annotated[int | None, typer.Option(help="resize images above this many pixels")] = None,
     min_pixels: Annotated[int | None, typer.Option(help="model min pixels (default: preset)")] = None,
@@ -60,16 +84,31 @@ def run(
         int | None, typer.Option(help="drop samples with more visual tokens")
     ] = None,
     seq_len: Annotated[int | None, typer.Option(help="drop samples longer than this")] = None,
+    seq_len_mode: Annotated[
+        str, typer.Option(help="drop | truncate (cut text after the last visual token, keep a target)")
+    ] = "drop",
+    min_image_side: Annotated[int, typer.Option(help="reject images with a shorter side (too_small)")] = 1,
+    max_image_pixels: Annotated[
+        int, typer.Option(help="decompression-bomb limit, checked from the header")
+    ] = 256_000_000,
     image_format: Annotated[str, typer.Option(help="keep | jpeg | webp | png")] = "keep",
     val_fraction: Annotated[float, typer.Option(help="share of samples in the val split")] = 0.0,
     max_reject_rate: Annotated[float, typer.Option(help="gate: highest reject rate a subset may have")] = 0.5,
     skip_gate: Annotated[bool, typer.Option(help="publish without the quality gate (debugging)")] = False,
+    gate_overrides: Annotated[
+        str | None, typer.Option(help="JSON file of per-subset gate parameters")
+    ] = None,
+    shard_size: Annotated[str, typer.Option(help="target bytes per shard (1GB, 500MB, ...)")] = "1GB",
+    shard_max_samples: Annotated[int, typer.Option(help="samples per shard at most")] = 10_000,
     batch_lines: Annotated[int, typer.Option(help="JSONL lines per batch (the unit of work)")] = 2000,
     ray_address: Annotated[str | None, typer.Option(help="existing Ray cluster (default: local)")] = None,
     num_cpus: Annotated[int | None, typer.Option(help="CPUs for the local Ray")] = None,
 ) -> None:
     """Catalog, parse, verify media, count tokens, gate and write Energon shards."""
     from vlmforge.schemas.config import RunConfig
+    from vlmforge.tasks.catalog import parse_storage_options
+    from vlmforge.tasks.refresh import parse_license_allow
+    from vlmforge.tasks.shards import parse_size
 
     try:
         cfg = RunConfig(
@@ -77,7 +116,15 @@ def run(
             out=out,
             subsets=tuple(subset or ()),
             media_roots=tuple(media_root or ()),
+            storage_options=parse_storage_options(storage_option),
+            license_allow=tuple(parse_license_allow(license_allow)),
+            allowed_url_schemes=tuple(allow_url_scheme or ()),
+            store=store,
+            catalogs=tuple(recipes or ()),
+            fetch_concurrency=fetch_concurrency,
+            fetch_per_host=fetch_per_host,
             model=model,
+            model_dir=model_dir,
             tokenizer=tokenizer,
             max_pixels=max_pixels,
             min_pixels=min_pixels,
@@ -86,10 +133,16 @@ def run(
             frames_mode=frames_mode,  # type: ignore[arg-type]
             max_visual_tokens=max_visual_tokens,
             seq_len=seq_len,
+            seq_len_mode=seq_len_mode,  # type: ignore[arg-type]
+            min_image_side=min_image_side,
+            max_image_pixels=max_image_pixels,
             image_format=image_format,  # type: ignore[arg-type]
             val_fraction=val_fraction,
             max_reject_rate=max_reject_rate,
             skip_gate=skip_gate,
+            gate_overrides=gate_overrides,
+            shard_max_bytes=parse_size(shard_size),
+            shard_max_samples=shard_max_samples,
             batch_lines=batch_lines,
             ray_address=ray_address,
             num_cpus=num_cpus,
@@ -100,7 +153,7 @@ def run(
     from vlmforge.flows.runtime import LoopbackRayTaskRunner, embedded_runtime
     from vlmforge.schemas.presets import load_preset
 
-    load_preset(cfg.model)  # an unknown model fails before any service starts
+    load_preset(cfg.model, cfg.model_dir)  # an unknown model fails before any service starts
     runner = LoopbackRayTaskRunner(address=cfg.ray_address, num_cpus=cfg.num_cpus)
     with embedded_runtime():
         summary = run_release.with_options(task_runner=runner)(cfg)

@@ -18,12 +18,16 @@ from prefect.artifacts import create_markdown_artifact
 from vlmforge.flows.runtime import LoopbackRayTaskRunner
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.records import SubsetEntry
-from vlmforge.tasks.build_batch import BatchStats, build_batch, preset_for
-from vlmforge.tasks.catalog import catalog_release
-from vlmforge.tasks.gate import GateResult, run_gate
-from vlmforge.tasks.manifests import OutputLayout, read_table, remove_parts_from, write_part
+from vlmforge.tasks.build_batch import BatchStats, build_batch
+from vlmforge.tasks.catalog import catalog_release, recipe_fingerprint
+from vlmforge.tasks.fetch import find_recipe
+from vlmforge.tasks.gate import GateResult, ShardsGateFailed, gate_subset, load_overrides, shards_check
+from vlmforge.tasks.manifests import OutputLayout, remove_parts_from
 from vlmforge.tasks.publish import PublishResult, publish_metadataset, publish_subset
-from vlmforge.tasks.storage import atomic_write_bytes
+from vlmforge.tasks.quality import build_data_docs, load_run, quality_markdown, record_gate, record_run
+from vlmforge.tasks.refresh import catalog_columns, read_previous_catalog, split_by_license, write_subsets_row
+from vlmforge.tasks.storage import ContentStore, atomic_write_bytes
+from vlmforge.tasks.validate import validate_subset
 
 
 @dataclass
@@ -34,6 +38,7 @@ class SubsetOutcome:
     gate: str = "not run"
     published: bool = False
     shards: int = 0
+    validation: str = "not run"
     error: str | None = None
 
 
@@ -68,26 +73,33 @@ def build_batch_task(entry: SubsetEntry, index: int, n_batches: int, cfg: RunCon
     return build_batch(entry, index, cfg)
 
 
+@task(name="gate", task_run_name="gate {entry.subset}")
+def gate_task(cfg: RunConfig, entry: SubsetEntry, run_id: str) -> GateResult:
+    result = gate_subset(cfg, entry, run_id=run_id, overrides=load_overrides(cfg.gate_overrides))
+    record_gate(OutputLayout(cfg.out), run_id, result)
+    return result
+
+
 @task(name="publish", task_run_name="publish {subset}", retries=1, retry_delay_seconds=5)
-def publish_task(out: str, subset: str, shard_max_bytes: int, shard_max_samples: int) -> PublishResult:
-    return publish_subset(
-        OutputLayout(out), subset, shard_max_bytes=shard_max_bytes, shard_max_samples=shard_max_samples
-    )
-
-
-def _gate(entry: SubsetEntry, cfg: RunConfig) -> GateResult:
+def publish_task(cfg: RunConfig, subset: str, run_id: str) -> PublishResult:
     layout = OutputLayout(cfg.out)
-    preset = preset_for(cfg)
-    return run_gate(
-        entry.subset,
-        read_table(layout, "samples", entry.subset),
-        read_table(layout, "media", entry.subset),
-        rows=entry.rows,
-        max_pixels=cfg.max_pixels or preset.max_pixels,
-        seq_len=cfg.seq_len,
-        max_num_images=cfg.max_num_images,
-        max_reject_rate=cfg.max_reject_rate,
+    # The shards suite checks the staged dataset before the swap (skipped with the rest of the gate).
+    check = None if cfg.skip_gate else shards_check(layout, subset, run_id=run_id)
+    return publish_subset(
+        layout,
+        subset,
+        shard_max_bytes=cfg.shard_max_bytes,
+        shard_max_samples=cfg.shard_max_samples,
+        store=cfg.store_url,
+        check=check,
     )
+
+
+@task(name="validate", task_run_name="validate {subset}")
+def validate_task(out: str, subset: str) -> str:
+    """Read the published dataset back through megatron-energon and the cooker (a sample of each split)."""
+    report = validate_subset(out, subset, sample_limit=64)
+    return "ok" if report.ok else "failed: " + "; ".join(report.problems[:5])
 
 
 def _run_batches(entries: list[SubsetEntry], cfg: RunConfig) -> dict[str, BatchStats | str]:
@@ -110,16 +122,8 @@ def _run_batches(entries: list[SubsetEntry], cfg: RunConfig) -> dict[str, BatchS
     return totals
 
 
-def _subsets_row(entry: SubsetEntry, o: SubsetOutcome, cfg: RunConfig, run_id: str) -> dict[str, Any]:
+def _outcome_columns(o: SubsetOutcome, cfg: RunConfig) -> dict[str, Any]:
     return {
-        "subset": entry.subset,
-        "readme_sha256": entry.readme_sha256,
-        "jsonl_sha256": entry.jsonl_sha256,
-        "jsonl_bytes": entry.jsonl_bytes,
-        "license": entry.license,
-        "license_text": entry.license_text,
-        "media_tars": len(entry.media_tars),
-        "rows": entry.rows,
         "ok": o.stats.ok,
         "rejected": o.stats.rejected,
         "dropped": o.stats.dropped,
@@ -127,8 +131,7 @@ def _subsets_row(entry: SubsetEntry, o: SubsetOutcome, cfg: RunConfig, run_id: s
         "visual_tokens": o.stats.visual_tokens,
         "published": o.published,
         "gate": o.gate,
-        "revision": None,
-        "run_id": run_id,
+        "skip_gate": cfg.skip_gate,
     }
 
 
@@ -137,16 +140,79 @@ def summary_markdown(summary: RunSummary) -> str:
         f"# vlmforge run {summary.run_id}",
         "",
         "| subset | license | rows | ok | rejected | dropped | images | videos | text tokens | visual tokens"
-        " | gate | published | shards |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|",
+        " | gate | published | shards | validation | fetched | fetch failed |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|---:|---:|",
     ]
     for s in summary.subsets:
         st = s.stats
         gate = s.gate.replace("|", "/")[:300]
         lines.append(
             f"| {s.subset} | {s.license} | {st.lines} | {st.ok} | {st.rejected} | {st.dropped} | {st.images}"
-            f" | {st.videos} | {st.text_tokens} | {st.visual_tokens} | {gate} | {s.published} | {s.shards} |"
+            f" | {st.videos} | {st.text_tokens} | {st.visual_tokens} | {gate} | {s.published} | {s.shards}"
+            f" | {s.validation} | {st.fetched} | {st.fetch_failed} |"
         )
+    return "\n".join(lines) + "\n"
+
+
+def _catalog(cfg: RunConfig) -> list[SubsetEntry]:
+    fingerprints = {}
+    for subset in cfg.subsets:  # unnamed subsets get theirs below, once the catalog has listed them
+        recipe = find_recipe(subset, cfg.catalogs)
+        if recipe is not None:
+            fingerprints[subset] = recipe_fingerprint(recipe)
+    entries = catalog_release(
+        cfg.release,
+        subsets=cfg.subsets,
+        batch_lines=cfg.batch_lines,
+        storage_options=cfg.storage_options,
+        recipe_fingerprints=fingerprints or None,
+    )
+    if not cfg.subsets:
+        entries = [_with_recipe_fingerprint(e, cfg) for e in entries]
+    return entries
+
+
+def _with_recipe_fingerprint(entry: SubsetEntry, cfg: RunConfig) -> SubsetEntry:
+    import dataclasses
+
+    recipe = find_recipe(entry.subset, cfg.catalogs)
+    if recipe is None:
+        return entry
+    return dataclasses.replace(entry, media_recipe_sha256=recipe_fingerprint(recipe))
+
+
+def _publish_quality(layout: OutputLayout, run_id: str, logger: Any) -> str:
+    """Data Docs of the run and their Markdown summary (for the artifact); never fails the run."""
+    try:
+        docs = build_data_docs(layout, run_id)
+        return quality_markdown(load_run(layout, run_id), docs)
+    except Exception as exc:  # noqa: BLE001 - the gate decided already; the report is a convenience
+        logger.warning("quality report not built: %s: %s", type(exc).__name__, exc)
+        return f"# Quality gate of run {run_id}\n\nreport not built: {type(exc).__name__}: {exc}\n"
+
+
+def failures_markdown(summary: RunSummary) -> str:
+    """Rejected and dropped samples and failed subsets, by class (the first word of each reason)."""
+    import duckdb
+
+    lines = [f"# Failures of run {summary.run_id}", ""]
+    for s in summary.subsets:
+        if s.error or not s.published:
+            lines.append(f"- **{s.subset}** not published: {(s.error or s.gate)[:300]}")
+    try:
+        from vlmforge.tasks.query import connect
+
+        con = connect(summary.out)
+        rows = con.execute(
+            "SELECT subset, status, split_part(reason, ':', 1) AS class, count(*) AS n FROM samples "
+            "WHERE status <> 'ok' GROUP BY ALL ORDER BY subset, n DESC"
+        ).fetchall()
+    except (duckdb.Error, OSError, ImportError) as exc:
+        lines.append(f"\n(no manifest query: {exc})")
+        rows = []
+    if rows:
+        lines += ["", "| subset | status | class | samples |", "|---|---|---|---:|"]
+        lines += [f"| {sub} | {st} | {cls} | {n} |" for sub, st, cls, n in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -162,14 +228,25 @@ def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
     t0 = time.perf_counter()
     run_id = run_id or time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
     layout = OutputLayout(cfg.out)
-    entries = catalog_release(cfg.release, subsets=cfg.subsets, batch_lines=cfg.batch_lines)
+    swept = ContentStore(cfg.store_url).sweep_incoming()
+    if swept:
+        logger.info("store: removed %d partial downloads of killed runs", swept)
+    entries = _catalog(cfg)
+    entries, excluded = split_by_license(entries, cfg.license_allow)
+    for subset, why in excluded:
+        logger.warning("skipping %s: %s", subset, why)
     logger.info("catalog: %d subsets, %d rows", len(entries), sum(e.rows for e in entries))
+    previous = read_previous_catalog(layout)
     for e in entries:  # a shorter JSONL than last time leaves parts that no batch owns any more
         remove_parts_from(layout, e.subset, len(e.batch_offsets) - 1)
+    overrides = load_overrides(cfg.gate_overrides)  # a bad override file fails before any work
+    record_run(
+        layout, run_id, subsets=[e.subset for e in entries], skip_gate=cfg.skip_gate, overrides=overrides
+    )
 
     totals = _run_batches(entries, cfg)
     summary = RunSummary(run_id=run_id, out=cfg.out)
-    to_publish: list[tuple[SubsetEntry, SubsetOutcome]] = []
+    to_gate: list[tuple[SubsetEntry, SubsetOutcome]] = []
     for e in entries:
         res = totals[e.subset]
         outcome = SubsetOutcome(e.subset, e.license, res if isinstance(res, BatchStats) else BatchStats())
@@ -177,60 +254,76 @@ def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
         if isinstance(res, str):
             outcome.error, outcome.gate = res, f"not run ({res})"
             continue
-        if cfg.skip_gate:
-            outcome.gate = "skipped (--skip-gate)"
-        else:
-            gate = _gate(e, cfg)
-            outcome.gate = gate.summary()
-            atomic_write_bytes(
-                layout.fs,
-                f"{layout.quality}/{run_id}/{e.subset}.json",
-                json.dumps(
-                    {
-                        "subset": e.subset,
-                        "passed": gate.passed,
-                        "failures": gate.failures,
-                        "results": gate.results,
-                    },
-                    default=str,
-                    indent=1,
-                ).encode(),
-            )
-            if not gate.passed:
-                logger.warning("gate failed for %s: %s", e.subset, gate.summary())
-                continue
-        if outcome.stats.ok == 0:
-            outcome.gate += " (nothing to publish: no ok samples)"
-            continue
-        to_publish.append((e, outcome))
+        to_gate.append((e, outcome))
 
-    futures = [
-        (o, publish_task.submit(cfg.out, e.subset, cfg.shard_max_bytes, cfg.shard_max_samples))
-        for e, o in to_publish
-    ]
-    for o, fut in futures:
+    to_publish: list[tuple[SubsetEntry, SubsetOutcome]] = []
+    gates = [] if cfg.skip_gate else [(e, o, gate_task.submit(cfg, e, run_id)) for e, o in to_gate]
+    for e, o in to_gate if cfg.skip_gate else []:
+        o.gate = "skipped (--skip-gate)"
+        to_publish.append((e, o))
+    for e, o, fut in gates:
         try:
-            pub = fut.result()
+            gate = fut.result()
+        except Exception as exc:  # noqa: BLE001 - a broken gate holds the subset back, others go on
+            o.gate = f"not run ({type(exc).__name__}: {exc})"
+            continue
+        o.gate = gate.summary()
+        if not gate.passed:
+            logger.warning("gate failed for %s: %s", e.subset, o.gate)
+            continue
+        to_publish.append((e, o))
+    ready = []
+    for e, o in to_publish:
+        if o.stats.ok == 0:
+            o.gate += " (nothing to publish: no ok samples)"
+        else:
+            ready.append((e, o))
+
+    publishing = [(o, publish_task.submit(cfg, e.subset, run_id)) for e, o in ready]
+    for o, pfut in publishing:
+        try:
+            pub = pfut.result()
+        except ShardsGateFailed as exc:
+            o.gate = f"failed: {exc}"
+            continue
         except Exception as exc:  # noqa: BLE001
             o.error = f"publish failed: {type(exc).__name__}: {exc}"
             continue
         o.published, o.shards = True, pub.shards
+    checks = [(o, validate_task.submit(cfg.out, o.subset)) for o in summary.subsets if o.published]
+    for o, vfut in checks:
+        try:
+            o.validation = vfut.result()
+        except Exception as exc:  # noqa: BLE001
+            o.validation = f"failed: {type(exc).__name__}: {exc}"
+        if o.validation != "ok":
+            logger.warning("validation of %s: %s", o.subset, o.validation)
     publish_metadataset(layout)
     by_name = {e.subset: e for e in entries}
     for o in summary.subsets:
-        write_part(layout, "subsets", o.subset, 0, [_subsets_row(by_name[o.subset], o, cfg, run_id)])
+        e = by_name[o.subset]
+        row = catalog_columns(e, previous.get(o.subset), run_id=run_id) | _outcome_columns(o, cfg)
+        write_subsets_row(layout, row)
 
     summary.seconds = time.perf_counter() - t0
     atomic_write_bytes(
         layout.fs,
         f"{layout.root}/runs/{run_id}.json",
-        json.dumps(
-            {"config": cfg.model_dump(mode="json"), "summary": summary.to_dict()}, indent=1, default=str
-        ).encode(),
+        json.dumps({"config": cfg.redacted(), "summary": summary.to_dict()}, indent=1, default=str).encode(),
     )
     create_markdown_artifact(
         key="vlmforge-run-summary",
         markdown=summary_markdown(summary),
         description=f"per-subset counts and tokens of run {run_id}",
+    )
+    create_markdown_artifact(
+        key="vlmforge-quality",
+        markdown=_publish_quality(layout, run_id, logger),
+        description=f"quality gate results of run {run_id} (Data Docs linked)",
+    )
+    create_markdown_artifact(
+        key="vlmforge-failures",
+        markdown=failures_markdown(summary),
+        description=f"rejected and dropped samples by class, run {run_id}",
     )
     return summary

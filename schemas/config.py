@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # Bump when a change alters manifest or shard bytes for the same inputs and options; it is part of every
 # batch fingerprint, so a new code version redoes exactly the work whose outputs it changes.
-PIPELINE_VERSION = "1"
+PIPELINE_VERSION = "2"
 
 
 class RunConfig(BaseModel):
@@ -22,7 +22,17 @@ class RunConfig(BaseModel):
     out: str = Field(description="output folder")
     subsets: tuple[str, ...] = ()  # empty: every subset of the release
     media_roots: tuple[str, ...] = ()
+    # fsspec options of the release (s3 endpoint, credentials, ...); redacted in every record of the run.
+    storage_options: dict[str, str] = Field(default_factory=dict)
+    license_allow: tuple[str, ...] = ()  # empty: every license; else SPDX ids or patterns (MIT, CC-BY-*)
+    allowed_url_schemes: tuple[str, ...] = ()  # media references that may be URLs (http, https, s3, ...)
+    # Fetch stage: content-addressed store (default OUT/store) and recipe folders searched before catalog/.
+    store: str | None = None
+    catalogs: tuple[str, ...] = ()
+    fetch_concurrency: int = Field(default=16, gt=0)
+    fetch_per_host: int = Field(default=8, gt=0)
     model: str = "qwen2_5_vl"
+    model_dir: str | None = None  # a local model folder whose preprocessor_config.json overrides the preset
     tokenizer: str | None = None  # tokenizer.json or a model folder; None: the preset's built-in tokenizer
     # Knobs (Megatron-Bridge names). None means "no limit" except max_pixels/min_pixels (preset default).
     max_pixels: int | None = Field(default=None, gt=0)
@@ -32,9 +42,11 @@ class RunConfig(BaseModel):
     frames_mode: Literal["uniform", "truncate"] = "uniform"
     max_visual_tokens: int | None = Field(default=None, gt=0)
     seq_len: int | None = Field(default=None, gt=0)
+    seq_len_mode: Literal["drop", "truncate"] = "drop"  # truncate: cut text after the last visual token
     # Media handling.
     image_format: Literal["keep", "jpeg", "webp", "png"] = "keep"
     max_image_pixels: int = Field(default=256_000_000, gt=0)  # decompression-bomb limit, from the header
+    min_image_side: int = Field(default=1, ge=1)  # a shorter displayed side is a too_small reject
     video_timeout_s: float = Field(default=120.0, gt=0)
     # Output.
     batch_lines: int = Field(default=2000, gt=0)
@@ -43,11 +55,14 @@ class RunConfig(BaseModel):
     val_fraction: float = Field(default=0.0, ge=0.0, lt=1.0)
     skip_gate: bool = False
     max_reject_rate: float = Field(default=0.5, ge=0.0, le=1.0)
+    gate_overrides: str | None = None  # JSON file of per-subset gate parameters (expectations/overrides.json)
     # Execution.
     ray_address: str | None = None
     num_cpus: int | None = Field(default=None, gt=0)
 
-    @field_validator("subsets", "media_roots", mode="before")
+    @field_validator(
+        "subsets", "media_roots", "license_allow", "allowed_url_schemes", "catalogs", mode="before"
+    )
     @classmethod
     def _tuple(cls, v: object) -> object:
         return tuple(v) if isinstance(v, list) else v
@@ -56,6 +71,7 @@ class RunConfig(BaseModel):
         """Hash of every option that changes a batch's manifests or media bytes."""
         keys = (
             "model",
+            "model_dir",
             "tokenizer",
             "max_pixels",
             "min_pixels",
@@ -64,9 +80,25 @@ class RunConfig(BaseModel):
             "frames_mode",
             "max_visual_tokens",
             "seq_len",
+            "seq_len_mode",
+            "min_image_side",
+            "allowed_url_schemes",
+            "catalogs",
             "image_format",
             "max_image_pixels",
             "media_roots",
         )
         payload = {k: getattr(self, k) for k in keys} | {"pipeline_version": PIPELINE_VERSION}
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    @property
+    def store_url(self) -> str:
+        return self.store or f"{self.out.rstrip('/')}/store"
+
+    def redacted(self) -> dict[str, object]:
+        """The options as recorded with the run: storage options that look like secrets are masked."""
+        from vlmforge.tasks.catalog import redact_storage_options
+
+        data = self.model_dump(mode="json")
+        data["storage_options"] = redact_storage_options(self.storage_options)
+        return data

@@ -31,6 +31,9 @@ SAMPLES = pa.schema(
         pa.field("total_tokens", pa.int64()),
         pa.field("split", pa.string()),  # train | val, null unless ok
         pa.field("shard", pa.string()),  # filled when the subset is published
+        # Added columns (never repurpose the ones above).
+        pa.field("id_conflict_of", pa.int64()),  # an earlier line with the same id and other content
+        pa.field("truncated_tokens", pa.int64()),  # --seq-len-mode truncate: text tokens cut
     ]
 )
 
@@ -64,6 +67,11 @@ MEDIA = pa.schema(
         pa.field("fps", pa.float64()),
         pa.field("sampled_frames", pa.int32()),  # video: frames the model's sampler takes
         pa.field("visual_tokens", pa.int64()),
+        # Added columns: the fetch stage's outcome (null when the reference resolved locally, no recipe).
+        pa.field("upstream", pa.string()),  # where the bytes came from (URL, s3://, archive URL#member, path)
+        pa.field("fetch_status", pa.string()),  # ok | a failure class (tasks/http.py FAILURE_CLASSES)
+        pa.field("fetch_detail", pa.string()),  # what failed, readable
+        pa.field("frame_indices", pa.list_(pa.int32())),  # video: the frames the token count assumes
     ]
 )
 
@@ -86,7 +94,34 @@ SUBSETS = pa.schema(
         pa.field("gate", pa.string()),  # passed | failed: <expectations> | skipped
         pa.field("revision", pa.string()),
         pa.field("run_id", pa.string()),
+        # Added columns: the catalog's view of the upstream (compared by `vlmforge refresh`).
+        pa.field("release", pa.string()),  # the release as given (storage options never stored)
+        pa.field("media_sources", pa.list_(pa.string())),  # upstream media sources named by the README
+        pa.field("media_recipe_sha256", pa.string()),  # fingerprint of the subset's media recipe
+        pa.field("duplicate_rows", pa.int64()),  # rows identical to an earlier row (duplicate_row rejects)
+        pa.field("id_conflicts", pa.int64()),  # rows reusing an earlier row's id with other content
+        pa.field("previous_license", pa.string()),  # the license before the last change (null: never changed)
+        pa.field("license_changed_at", pa.string()),  # UTC ISO time of the run that saw the change
+        pa.field("license_changed_run", pa.string()),  # run id that saw the change
+        pa.field("skip_gate", pa.bool_()),  # published with --skip-gate (debugging)
     ]
+)
+
+# Fields of the media manifest filled by the fetch stage.
+MEDIA_FETCH_FIELDS: Final = tuple(MEDIA.field(n) for n in ("upstream", "fetch_status", "fetch_detail"))
+# Fields of the subsets manifest filled by the catalog.
+CATALOG_FIELDS: Final = tuple(
+    SUBSETS.field(n)
+    for n in (
+        "release",
+        "media_sources",
+        "media_recipe_sha256",
+        "duplicate_rows",
+        "id_conflicts",
+        "previous_license",
+        "license_changed_at",
+        "license_changed_run",
+    )
 )
 
 SHARDS = pa.schema(
@@ -100,11 +135,30 @@ SHARDS = pa.schema(
     ]
 )
 
+# One row per planned sample (ok, fits seq_len). MANIFEST BREAKING CHANGE rule applies .
+PLAN = pa.schema(
+    [
+        pa.field("subset", pa.string(), nullable=False),
+        pa.field("sample_id", pa.string()),
+        pa.field("line", pa.int64(), nullable=False),  # 1-based line in <subset>.jsonl (joins samples)
+        pa.field("key", pa.string()),  # Energon sample key
+        pa.field("split", pa.string()),  # train | val
+        pa.field("tokens", pa.int64(), nullable=False),  # total_tokens of the sample
+        pa.field("padded_tokens", pa.int64(), nullable=False),  # tokens rounded up to pad_multiple
+        pa.field("pack", pa.int64(), nullable=False),  # pack id, unique across the whole plan
+        pa.field("pack_index", pa.int32(), nullable=False),  # position of the sample in its pack
+        pa.field("pack_offset", pa.int64(), nullable=False),  # first token of the sample in its pack (padded)
+        pa.field("scope", pa.string(), nullable=False),  # subset | mix
+        pa.field("seq_len", pa.int64(), nullable=False),
+    ]
+)
+
 TABLES: Final[dict[str, pa.Schema]] = {
     "samples": SAMPLES,
     "media": MEDIA,
     "subsets": SUBSETS,
     "shards": SHARDS,
+    "plan": PLAN,
 }
 
 

@@ -18,6 +18,16 @@ from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.manifests import MEDIA, SAMPLES, empty_row
 from vlmforge.schemas.presets import ModelPreset, load_preset
 from vlmforge.schemas.records import MediaRef, Record, SubsetEntry
+from vlmforge.tasks.fetch import (
+    FetchContext,
+    FetchOptions,
+    FetchOutcome,
+    FetchStats,
+    find_recipe,
+    outcome_columns,
+    read_outcome,
+)
+from vlmforge.tasks.http import HttpOptions
 from vlmforge.tasks.manifests import (
     FINGERPRINT_KEY,
     STATS_KEY,
@@ -27,8 +37,9 @@ from vlmforge.tasks.manifests import (
     write_records_part,
 )
 from vlmforge.tasks.media import probe_video, process_image
-from vlmforge.tasks.parse import parse_chunk
+from vlmforge.tasks.parse import parse_batch
 from vlmforge.tasks.resolve import MediaResolver, MissingMedia
+from vlmforge.tasks.seq_len import apply_seq_len
 from vlmforge.tasks.shards import sanitize_key, split_for_key
 from vlmforge.tasks.storage import ContentStore, sha256_bytes, url_to_fs
 from vlmforge.tasks.tokens import (
@@ -57,6 +68,10 @@ class BatchStats:
     text_tokens: int = 0
     visual_tokens: int = 0
     out_bytes: int = 0
+    truncated: int = 0  # ok samples whose text was cut to fit --seq-len (--seq-len-mode truncate)
+    fetched: int = 0  # media objects transferred from upstream by this batch
+    fetch_failed: int = 0  # references whose fetch failed (transient ones are retried by the next run)
+    fetch_bytes: int = 0
     seconds: float = 0.0
     batches: int = 0
     skipped_batches: int = 0
@@ -70,12 +85,17 @@ class BatchStats:
 
 
 @lru_cache(maxsize=4)
-def get_tokenizer(path: str | None) -> TextTokenizer:
-    return TextTokenizer.from_path(path) if path else TextTokenizer.builtin_qwen2()
+def _tokenizer(model: str, model_dir: str | None, path: str | None) -> TextTokenizer:
+    return TextTokenizer.for_preset(load_preset(model, model_dir), path or model_dir)
+
+
+def get_tokenizer(cfg: RunConfig) -> TextTokenizer:
+    """The run's text tokenizer (cached per worker process: building one costs ~1 s)."""
+    return _tokenizer(cfg.model, cfg.model_dir, cfg.tokenizer)
 
 
 def preset_for(cfg: RunConfig) -> ModelPreset:
-    return load_preset(cfg.model)
+    return load_preset(cfg.model, cfg.model_dir)
 
 
 def batch_fingerprint(entry: SubsetEntry, index: int, cfg: RunConfig) -> str:
@@ -110,10 +130,36 @@ class _MediaStage:
 
     def __init__(self, entry: SubsetEntry, cfg: RunConfig, preset: ModelPreset, store: ContentStore) -> None:
         self.cfg, self.preset, self.store = cfg, preset, store
-        self.resolver = MediaResolver(entry.path, entry.media_tars, cfg.media_roots)
+        self.entry = entry
+        self.resolver = MediaResolver(
+            entry.path, entry.media_tars, cfg.media_roots, storage_options=entry.storage_options
+        )
         self.max_pixels = cfg.max_pixels or preset.max_pixels
         self.min_pixels = cfg.min_pixels or preset.min_pixels
         self._cache: dict[tuple[str, str], _MediaOutcome] = {}
+        # With a media recipe that names remote sources, the fetch stage answers every reference.
+        recipe = find_recipe(entry.subset, cfg.catalogs)
+        self.recipe = recipe if recipe is not None and recipe.remote else None
+        self.fetched: dict[str, FetchOutcome] = {}
+        self.fetch_stats = FetchStats()
+
+    def prefetch(self, refs: list[str]) -> None:
+        """Fetch the batch's references (each distinct upstream object once, into the store)."""
+        if self.recipe is None or not refs:
+            return
+        from vlmforge.tasks.fetch import fetch_batch
+
+        options = FetchOptions(
+            concurrency=self.cfg.fetch_concurrency, http=HttpOptions(per_host=self.cfg.fetch_per_host)
+        )
+        context = FetchContext(self.entry.path, self.entry.media_tars, self.cfg.media_roots)
+        result = fetch_batch(sorted(set(refs)), self.recipe, self.store, context=context, options=options)
+        self.fetched = result.outcomes
+        self.fetch_stats = result.stats
+
+    @property
+    def transient_failures(self) -> int:
+        return sum(1 for o in self.fetched.values() if o.transient)
 
     def target_size(self, height: int, width: int) -> tuple[int, int]:
         try:
@@ -135,13 +181,22 @@ class _MediaStage:
 
     def _process(self, ref: MediaRef) -> _MediaOutcome:
         row = empty_row(MEDIA) | {"ref": ref.ref, "kind": ref.kind}
-        try:
-            resolved = self.resolver.resolve(ref.ref)
-        except MissingMedia as exc:
-            row |= {"status": "rejected", "reason": f"missing_media: {exc}"}
-            return _MediaOutcome(row, False, f"missing_media: {ref.ref}")
-        data = resolved.data
-        row |= {"source": resolved.source, "sha256": sha256_bytes(data), "bytes": len(data)}
+        fetched = self.fetched.get(ref.ref)
+        if fetched is not None:
+            row |= outcome_columns(fetched) | {"source": fetched.source}
+            if not fetched.ok:
+                row |= {"status": "rejected", "reason": f"fetch_failed: {fetched.reason()}"}
+                return _MediaOutcome(row, False, f"fetch_failed: {ref.ref}: {fetched.status}")
+            data = read_outcome(fetched, self.store)
+        else:
+            try:
+                resolved = self.resolver.resolve(ref.ref)
+            except MissingMedia as exc:
+                row |= {"status": "rejected", "reason": f"missing_media: {exc}"}
+                return _MediaOutcome(row, False, f"missing_media: {ref.ref}")
+            data = resolved.data
+            row["source"] = resolved.source
+        row |= {"sha256": sha256_bytes(data), "bytes": len(data)}
         if ref.kind == "image":
             return self._image(row, ref, data)
         return self._video(row, ref, data)
@@ -153,6 +208,8 @@ class _MediaStage:
             max_pixels=self.max_pixels,
             max_image_pixels=self.cfg.max_image_pixels,
             image_format=self.cfg.image_format,
+            min_pixels=self.min_pixels,
+            min_side=self.cfg.min_image_side,
         )
         row |= {"format": res.format, "width": res.width, "height": res.height, "notes": ",".join(res.notes)}
         if res.status != "ok" or res.out_bytes is None:
@@ -197,6 +254,7 @@ class _MediaStage:
             "out_height": res.height,
             "kept_original": True,
             "sampled_frames": len(res.sampled_indices),
+            "frame_indices": list(res.sampled_indices),
         }
         # Decoders hand training the frames as stored (rotation is metadata), so tokens use the stored size.
         stored_h, stored_w = (res.width, res.height) if res.rotation in (90, 270) else (res.height, res.width)
@@ -208,6 +266,16 @@ class _MediaStage:
             video_fps=res.fps,
         )
         return _MediaOutcome(row, True, None, video=spec)
+
+
+@dataclass(frozen=True)
+class _Counts:
+    """A sample's token counts as written (after --seq-len-mode truncate)."""
+
+    text_tokens: int
+    visual_tokens: int
+    total_tokens: int
+    truncated_tokens: int = 0
 
 
 def _knob_drop(cfg: RunConfig, n_images: int) -> str | None:
@@ -237,6 +305,8 @@ def _shard_record(
                     "width": r["out_width"],
                     "height": r["out_height"],
                     "sha256": r["sha256"],
+                    # The frames the token count assumed: the cooker decodes exactly these.
+                    **({"frame_indices": r["frame_indices"]} if r.get("frame_indices") else {}),
                     **({"metadata": part["metadata"]} if "metadata" in part else {}),
                 }
             content.append(part)
@@ -251,6 +321,7 @@ def _shard_record(
             "text_tokens": tokens.text_tokens,
             "visual_tokens": tokens.visual_tokens,
             "total_tokens": tokens.total_tokens,
+            "truncated_tokens": tokens.truncated_tokens,
         },
     }
     return json.dumps(doc, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
@@ -265,21 +336,31 @@ def build_batch(entry: SubsetEntry, index: int, cfg: RunConfig, *, force: bool =
             return done
     t0 = time.perf_counter()
     preset = preset_for(cfg)
-    tokenizer = get_tokenizer(cfg.tokenizer)
-    media = _MediaStage(entry, cfg, preset, ContentStore(layout.store))
-    fs, path = url_to_fs(entry.jsonl)
+    tokenizer = get_tokenizer(cfg)
+    media = _MediaStage(entry, cfg, preset, ContentStore(cfg.store_url))
+    fs, path = url_to_fs(entry.jsonl, **entry.storage_options)
     start, end = entry.batch_offsets[index], entry.batch_offsets[index + 1]
     with fs.open(path, "rb") as f:
         f.seek(start)
         data = f.read(end - start)
     first_line = index * cfg.batch_lines + 1
+    last_line = first_line + cfg.batch_lines - 1
+    items = parse_batch(
+        data,
+        first_line,
+        allowed_schemes=cfg.allowed_url_schemes,
+        duplicates=entry.duplicates_in(first_line, last_line),
+        conflicts=entry.conflicts_in(first_line, last_line),
+        subset=entry.subset,
+    )
+    media.prefetch([m.ref for it in items if isinstance(it, Record) for m in it.media])
 
     sample_rows: list[dict[str, Any]] = []
     media_rows: list[dict[str, Any]] = []
     records: list[tuple[int, str]] = []
     keys_seen: dict[str, int] = {}
     stats = BatchStats(batches=1)
-    for item in parse_chunk(data, first_line):
+    for item in items:
         stats.lines += 1
         row = empty_row(SAMPLES) | {"subset": entry.subset, "line": item.line, "n_images": 0, "n_videos": 0}
         if not isinstance(item, Record):
@@ -289,7 +370,12 @@ def build_batch(entry: SubsetEntry, index: int, cfg: RunConfig, *, force: bool =
             continue
         n_images = sum(1 for m in item.media if m.kind == "image")
         n_videos = len(item.media) - n_images
-        row |= {"sample_id": item.sample_id, "n_images": n_images, "n_videos": n_videos}
+        row |= {
+            "sample_id": item.sample_id,
+            "n_images": n_images,
+            "n_videos": n_videos,
+            "id_conflict_of": item.id_conflict_of,
+        }
         drop = _knob_drop(cfg, n_images)
         if drop:
             row |= {"status": "dropped", "reason": drop}
@@ -330,13 +416,39 @@ def build_batch(entry: SubsetEntry, index: int, cfg: RunConfig, *, force: bool =
             "visual_tokens": tokens.visual_tokens,
             "total_tokens": tokens.total_tokens,
         }
-        reason = _token_drop(cfg, tokens.visual_tokens, tokens.total_tokens)
-        if reason:
-            row |= {"status": "dropped", "reason": reason}
+        if cfg.max_visual_tokens is not None and tokens.visual_tokens > cfg.max_visual_tokens:
+            row |= {
+                "status": "dropped",
+                "reason": f"max_visual_tokens: {tokens.visual_tokens} > {cfg.max_visual_tokens}",
+            }
             sample_rows.append(row)
             stats.dropped += 1
             continue
-        key = sanitize_key(entry.subset, item.sample_id)
+        fit = apply_seq_len(
+            item.messages,
+            preset,
+            tokenizer,
+            image_sizes,
+            videos,
+            tokens,
+            seq_len=cfg.seq_len,
+            mode=cfg.seq_len_mode,
+            max_pixels=cfg.max_pixels,
+        )
+        if fit.status == "dropped":
+            row |= {"status": "dropped", "reason": fit.reason}
+            sample_rows.append(row)
+            stats.dropped += 1
+            continue
+        counts = _Counts(fit.text_tokens, tokens.visual_tokens, fit.total_tokens, fit.truncated_tokens)
+        if fit.truncated_tokens:
+            row |= {
+                "text_tokens": counts.text_tokens,
+                "total_tokens": counts.total_tokens,
+                "truncated_tokens": counts.truncated_tokens,
+            }
+            stats.truncated += 1
+        key = item.key or sanitize_key(entry.subset, item.sample_id)
         if key in keys_seen:
             row |= {
                 "status": "rejected",
@@ -348,26 +460,24 @@ def build_batch(entry: SubsetEntry, index: int, cfg: RunConfig, *, force: bool =
         keys_seen[key] = item.line
         row |= {"status": "ok", "key": key, "split": split_for_key(key, cfg.val_fraction)}
         sample_rows.append(row)
-        records.append((item.line, _shard_record(item, entry.subset, key, this_media, tokens)))
+        records.append((item.line, _shard_record(item, entry.subset, key, this_media, counts)))
         stats.ok += 1
         stats.images += n_images
         stats.videos += n_videos
-        stats.text_tokens += tokens.text_tokens
-        stats.visual_tokens += tokens.visual_tokens
+        stats.text_tokens += counts.text_tokens
+        stats.visual_tokens += counts.visual_tokens
         stats.out_bytes += sum(m["out_bytes"] or 0 for m in this_media)
+    stats.fetched = media.fetch_stats.fetched
+    stats.fetch_failed = media.fetch_stats.failed
+    stats.fetch_bytes = media.fetch_stats.bytes_fetched
     stats.seconds = time.perf_counter() - t0
 
     fp = batch_fingerprint(entry, index, cfg)
+    if media.transient_failures:
+        # Outcomes of flaky hosts are recorded, but the batch is not marked current: the next run retries it.
+        fp += ":retry"
     write_part(layout, "media", entry.subset, index, media_rows, fingerprint=fp)
     write_records_part(layout, entry.subset, index, records, fp)
     # Written last: its fingerprint marks the batch complete.
     write_part(layout, "samples", entry.subset, index, sample_rows, fingerprint=fp, stats=asdict(stats))
     return stats
-
-
-def _token_drop(cfg: RunConfig, visual: int, total: int) -> str | None:
-    if cfg.max_visual_tokens is not None and visual > cfg.max_visual_tokens:
-        return f"max_visual_tokens: {visual} > {cfg.max_visual_tokens}"
-    if cfg.seq_len is not None and total > cfg.seq_len:
-        return f"seq_len: {total} tokens > {cfg.seq_len}"
-    return None

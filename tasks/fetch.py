@@ -28,7 +28,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import pyarrow as pa
 from fsspec import AbstractFileSystem
 
 from vlmforge.schemas.recipes import (
@@ -255,12 +254,6 @@ class FetchContext:
     media_roots: tuple[str, ...] = ()
 
 
-# Manifest columns proposed for ``media`` (schemas/manifests.py): every reference's fetch outcome.
-MEDIA_FETCH_FIELDS: tuple[pa.Field, ...] = (
-    pa.field("upstream", pa.string()),  # where the bytes came from (URL, s3://, archive URL#member, path)
-    pa.field("fetch_status", pa.string()),  # ok | a failure class (tasks/http.py FAILURE_CLASSES)
-    pa.field("fetch_detail", pa.string()),  # what failed, readable
-)
 FAILED_REFS_SQL = (
     "SELECT subset, ref, upstream, fetch_status, fetch_detail FROM media "
     "WHERE fetch_status IS NOT NULL AND fetch_status <> 'ok' ORDER BY subset, ref"

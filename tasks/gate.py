@@ -673,7 +673,7 @@ def gate_subset(
     from vlmforge.tasks.quality import last_published
 
     layout = OutputLayout(cfg.out)
-    preset = load_preset(cfg.model)
+    preset = load_preset(cfg.model, cfg.model_dir)
     if overrides is None:
         overrides = load_overrides(getattr(cfg, "gate_overrides", None))
     return run_gate(

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from vlmforge.schemas.manifests import PLAN
 from vlmforge.tasks.errors import ConfigError
 from vlmforge.tasks.manifests import OutputLayout
 from vlmforge.tasks.storage import atomic_write_bytes
@@ -43,23 +44,6 @@ __all__ = [
 
 Scope = Literal["subset", "mix"]
 
-# One row per planned sample (ok, fits seq_len). MANIFEST BREAKING CHANGE rule applies (schemas/manifests.py).
-PLAN = pa.schema(
-    [
-        pa.field("subset", pa.string(), nullable=False),
-        pa.field("sample_id", pa.string()),
-        pa.field("line", pa.int64(), nullable=False),  # 1-based line in <subset>.jsonl (joins samples)
-        pa.field("key", pa.string()),  # Energon sample key
-        pa.field("split", pa.string()),  # train | val
-        pa.field("tokens", pa.int64(), nullable=False),  # total_tokens of the sample
-        pa.field("padded_tokens", pa.int64(), nullable=False),  # tokens rounded up to pad_multiple
-        pa.field("pack", pa.int64(), nullable=False),  # pack id, unique across the whole plan
-        pa.field("pack_index", pa.int32(), nullable=False),  # position of the sample in its pack
-        pa.field("pack_offset", pa.int64(), nullable=False),  # first token of the sample in its pack (padded)
-        pa.field("scope", pa.string(), nullable=False),  # subset | mix
-        pa.field("seq_len", pa.int64(), nullable=False),
-    ]
-)
 _META_KEY = b"vlmforge.plan"
 _BLOCK = 1024  # packs per block of the room index
 

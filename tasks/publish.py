@@ -11,7 +11,7 @@ reading them). The writer publishes the dataset atomically. Then the ``shards`` 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -61,7 +61,9 @@ def _media_index(layout: OutputLayout, subset: str) -> dict[tuple[int, int], tup
     }
 
 
-def _shard_samples(layout: OutputLayout, subset: str, duplicates: dict[int, str]) -> Iterator[ShardSample]:
+def _shard_samples(
+    layout: OutputLayout, subset: str, duplicates: dict[int, str], store_url: str | None = None
+) -> Iterator[ShardSample]:
     """The subset's ok samples in line order, media as :class:`MediaPart` read from the store on demand.
 
     A key already used by an earlier line (two batches whose ids sanitise alike) is not written: its line
@@ -70,7 +72,7 @@ def _shard_samples(layout: OutputLayout, subset: str, duplicates: dict[int, str]
     samples = read_table(layout, "samples", subset)
     ok = samples.filter(pc.equal(samples["status"], "ok"))
     split_by_line = dict(zip(ok["line"].to_pylist(), ok["split"].to_pylist(), strict=True))
-    store = ContentStore(layout.store)
+    store = ContentStore(store_url or layout.store)
     media_index = _media_index(layout, subset)
     first_line: dict[str, int] = {}
     for line, text in sorted(read_records(layout, subset)):
@@ -95,17 +97,28 @@ def _shard_samples(layout: OutputLayout, subset: str, duplicates: dict[int, str]
 
 
 def publish_subset(
-    layout: OutputLayout, subset: str, *, shard_max_bytes: int, shard_max_samples: int
+    layout: OutputLayout,
+    subset: str,
+    *,
+    shard_max_bytes: int,
+    shard_max_samples: int,
+    store: str | None = None,
+    check: Callable[[Path], None] | None = None,
 ) -> PublishResult:
-    """Write ``energon/<subset>`` from the manifests; record shards and fill ``samples.shard``."""
+    """Write ``energon/<subset>`` from the manifests; record shards and fill ``samples.shard``.
+
+    ``store`` is the content store holding the media (default ``OUT/store``); ``check`` validates the
+    staged dataset before it replaces the published one (see :func:`write_energon_dataset`).
+    """
     dest = f"{layout.energon}/{subset}"
     duplicates: dict[int, str] = {}
     result = write_energon_dataset(
-        _shard_samples(layout, subset, duplicates),
+        _shard_samples(layout, subset, duplicates, store),
         Path(dest),
         subset=subset,
         shard_max_bytes=shard_max_bytes,
         shard_max_samples=shard_max_samples,
+        check=check,
     )
     shard_rows = [
         {

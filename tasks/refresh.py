@@ -27,23 +27,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from vlmforge.schemas.manifests import SUBSETS
+from vlmforge.schemas.manifests import CATALOG_FIELDS, SUBSETS
 from vlmforge.schemas.records import SubsetEntry
 from vlmforge.tasks.manifests import OutputLayout
 from vlmforge.tasks.storage import atomic_write_bytes
-
-# Columns the catalog adds to the ``subsets`` manifest (proposed for schemas/manifests.py SUBSETS; until they
-# are there, :func:`subsets_schema` appends them).
-CATALOG_FIELDS: tuple[pa.Field, ...] = (
-    pa.field("release", pa.string()),  # the release as given (folder or URL; storage options never stored)
-    pa.field("media_sources", pa.list_(pa.string())),  # upstream media sources named by the README
-    pa.field("media_recipe_sha256", pa.string()),  # fingerprint of the subset's media recipe
-    pa.field("duplicate_rows", pa.int64()),  # rows identical to an earlier row (duplicate_row rejects)
-    pa.field("id_conflicts", pa.int64()),  # rows reusing an earlier row's id with other content
-    pa.field("previous_license", pa.string()),  # the license before the last change (null: never changed)
-    pa.field("license_changed_at", pa.string()),  # UTC ISO time of the run that saw the change
-    pa.field("license_changed_run", pa.string()),  # run id that saw the change
-)
 
 # Columns of the ``subsets`` manifest that describe the upstream (compared by a refresh).
 _WATCHED = ("readme_sha256", "license", "jsonl_sha256", "media_recipe_sha256", "media_tars")

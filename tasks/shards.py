@@ -746,8 +746,12 @@ def write_energon_dataset(
     fsync: bool = True,
     resume: bool = True,
     prepare_workers: int | None = None,
+    check: Callable[[Path], None] | None = None,
 ) -> DatasetResult:
     """Write ``samples`` as a prepared Energon dataset at ``dest`` (replacing it atomically).
+
+    ``check(staging)`` runs on the complete staged folder before the swap (the ``shards`` quality suite);
+    when it raises, the staging folder is removed and the published version stays as it was.
 
     ``fsync`` makes every shard durable before it is recorded as finished (and the publish rename after
     it); ``resume`` keeps the finished shards of an interrupted earlier call with the same ``subset`` and
@@ -777,6 +781,12 @@ def write_energon_dataset(
     except (ValueError, TypeError, EnergonPrepareError):  # the same input would fail the same way again
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    if check is not None:
+        try:
+            check(staging)
+        except Exception:  # the staged dataset is refused as a whole; the published one stays
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
     (staging / JOURNAL_NAME).unlink()
     if fsync:
         _fsync_dir(staging)

@@ -17,10 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 from http_fixture import Fault, HttpFixture
 
+from vlmforge.schemas.manifests import MEDIA_FETCH_FIELDS
 from vlmforge.schemas.recipes import Recipe, parse_recipe
 from vlmforge.tasks.fetch import (
     FAILED_REFS_SQL,
-    MEDIA_FETCH_FIELDS,
     FetchContext,
     FetchOptions,
     FetchStats,

@@ -79,6 +79,19 @@ def test_energon_loads_every_ok_sample_and_nothing_else(first_run: Any) -> None:
             assert [int(p.split(".")[0]) for p in parts] == list(range(len(parts)))
 
 
+def test_published_subsets_pass_the_gate_shards_suite_and_read_back(first_run: Any) -> None:
+    cfg, summary = first_run
+    quality = Path(cfg.out) / "quality" / summary.run_id
+    for s in summary.subsets:
+        assert s.published and s.validation == "ok", (s.subset, s.validation)
+        assert json.loads((quality / f"{s.subset}.json").read_text())["passed"] is True
+        assert json.loads((quality / f"{s.subset}.shards.json").read_text())["passed"] is True
+    report = (quality / "docs" / "index.html").read_text()
+    assert all(s.subset in report for s in summary.subsets)  # Data Docs: one row per subset
+    row = run_query(cfg.out, "SELECT release, skip_gate, published FROM subsets LIMIT 1").to_pylist()[0]
+    assert row == {"release": cfg.release, "skip_gate": False, "published": True}
+
+
 def test_large_image_is_resized_to_the_models_grid_and_small_ones_keep_their_bytes(first_run: Any) -> None:
     cfg, _ = first_run
     media = run_query(cfg.out, "SELECT * FROM media WHERE status = 'ok'").to_pylist()
