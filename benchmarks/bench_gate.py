@@ -55,6 +55,11 @@ def _const(value: str | None, n: int) -> pa.Array:
     return pa.array([value] * 1, pa.string()).take(pa.array(np.zeros(n, np.int32)))
 
 
+# Columns filled here; later (added) manifest columns are null, as in a run without fetch or truncation.
+_BASE_MEDIA = set(MEDIA.names[: MEDIA.get_field_index("visual_tokens") + 1])
+_BASE_SAMPLES = set(SAMPLES.names[: SAMPLES.get_field_index("shard") + 1])
+
+
 def _chunk(start: int, n: int, media_ratio: float, rng: np.random.Generator) -> tuple[pa.Table, pa.Table]:
     """Samples lines ``start+1 .. start+n`` and their media rows (1 or 2 images per sample)."""
     line = np.arange(start + 1, start + n + 1, dtype=np.int64)
@@ -102,6 +107,7 @@ def _chunk(start: int, n: int, media_ratio: float, rng: np.random.Generator) -> 
             "fps": pa.nulls(m, pa.float64()),
             "sampled_frames": pa.nulls(m, pa.int32()),
             "visual_tokens": vis,
+            **{f.name: pa.nulls(m, f.type) for f in MEDIA if f.name not in _BASE_MEDIA},
         },
         schema=MEDIA,
     )
@@ -122,6 +128,7 @@ def _chunk(start: int, n: int, media_ratio: float, rng: np.random.Generator) -> 
             "total_tokens": text + visual,
             "split": pc.if_else(ok_a, "train", null),
             "shard": pa.nulls(n, pa.string()),
+            **{f.name: pa.nulls(n, f.type) for f in SAMPLES if f.name not in _BASE_SAMPLES},
         },
         schema=SAMPLES,
     )

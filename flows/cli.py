@@ -154,8 +154,10 @@ def run(
     from vlmforge.schemas.presets import load_preset
 
     load_preset(cfg.model, cfg.model_dir)  # an unknown model fails before any service starts
+    from vlmforge.flows.progress import terminal_progress
+
     runner = LoopbackRayTaskRunner(address=cfg.ray_address, num_cpus=cfg.num_cpus)
-    with embedded_runtime():
+    with embedded_runtime(), terminal_progress():
         summary = run_release.with_options(task_runner=runner)(cfg)
     print_summary(summary)
     if summary.failed:

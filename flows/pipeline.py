@@ -15,6 +15,7 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
+from vlmforge.flows import progress
 from vlmforge.flows.runtime import LoopbackRayTaskRunner
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.records import SubsetEntry
@@ -107,6 +108,7 @@ def _run_batches(entries: list[SubsetEntry], cfg: RunConfig) -> dict[str, BatchS
     work = [(e, i) for e in entries for i in range(len(e.batch_offsets) - 1)]
     window = max(2, 4 * (cfg.num_cpus or 2))
     totals: dict[str, BatchStats | str] = {e.subset: BatchStats() for e in entries}
+    progress.stage("batches", len(work))
     for start in range(0, len(work), window):
         wave = work[start : start + window]
         futures = [(e, build_batch_task.submit(e, i, len(e.batch_offsets) - 1, cfg)) for e, i in wave]
@@ -116,6 +118,8 @@ def _run_batches(entries: list[SubsetEntry], cfg: RunConfig) -> dict[str, BatchS
             except Exception as exc:  # noqa: BLE001 - one subset's failure must not stop the others
                 totals[e.subset] = f"batch failed: {type(exc).__name__}: {exc}"
                 continue
+            finally:
+                progress.advance("batches")
             prev = totals[e.subset]
             if isinstance(prev, BatchStats):
                 totals[e.subset] = prev + res
@@ -258,6 +262,7 @@ def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
 
     to_publish: list[tuple[SubsetEntry, SubsetOutcome]] = []
     gates = [] if cfg.skip_gate else [(e, o, gate_task.submit(cfg, e, run_id)) for e, o in to_gate]
+    progress.stage("gate", len(gates))
     for e, o in to_gate if cfg.skip_gate else []:
         o.gate = "skipped (--skip-gate)"
         to_publish.append((e, o))
@@ -267,6 +272,8 @@ def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
         except Exception as exc:  # noqa: BLE001 - a broken gate holds the subset back, others go on
             o.gate = f"not run ({type(exc).__name__}: {exc})"
             continue
+        finally:
+            progress.advance("gate")
         o.gate = gate.summary()
         if not gate.passed:
             logger.warning("gate failed for %s: %s", e.subset, o.gate)
@@ -280,6 +287,7 @@ def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
             ready.append((e, o))
 
     publishing = [(o, publish_task.submit(cfg, e.subset, run_id)) for e, o in ready]
+    progress.stage("publish", len(publishing))
     for o, pfut in publishing:
         try:
             pub = pfut.result()
@@ -289,13 +297,17 @@ def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
         except Exception as exc:  # noqa: BLE001
             o.error = f"publish failed: {type(exc).__name__}: {exc}"
             continue
+        finally:
+            progress.advance("publish")
         o.published, o.shards = True, pub.shards
     checks = [(o, validate_task.submit(cfg.out, o.subset)) for o in summary.subsets if o.published]
+    progress.stage("validate", len(checks))
     for o, vfut in checks:
         try:
             o.validation = vfut.result()
         except Exception as exc:  # noqa: BLE001
             o.validation = f"failed: {type(exc).__name__}: {exc}"
+        progress.advance("validate")
         if o.validation != "ok":
             logger.warning("validation of %s: %s", o.subset, o.validation)
     publish_metadataset(layout)
