@@ -26,7 +26,7 @@ import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Literal, Protocol
 
 from fsspec import AbstractFileSystem
 
@@ -39,6 +39,7 @@ from vlmforge.tasks.http import (
     UNSAFE_MEMBER,
     FetchError,
     HttpClient,
+    redact,
 )
 
 EOCD_SEARCH = 65_536 + 22  # the end-of-central-directory record sits in the last 64 KiB + 22 bytes
@@ -89,20 +90,23 @@ class RangeSource(Protocol):
 class HttpRangeSource:
     """A file behind an HTTP server that honours Range (the client's politeness and retries apply)."""
 
-    def __init__(self, client: HttpClient, url: str) -> None:
-        self.client, self.url, self.label = client, url, url
+    def __init__(self, client: HttpClient, url: str, deadline: float | None = None) -> None:
+        self.client, self.url, self.label = client, url, redact(url)
+        self.deadline = deadline  # time.monotonic() value bounding every request (a batch's deadline)
         self.bytes_read = 0
         self._lock = threading.Lock()
 
     def tail(self, n: int) -> tuple[int, bytes]:
-        resp = self.client.get(self.url, suffix=n, max_bytes=n)
+        resp = self.client.get(self.url, suffix=n, max_bytes=n, deadline=self.deadline)
         self._count(resp.nbytes)
         if resp.total_size is None:
             raise FetchError(BAD_ARCHIVE, "server sent no Content-Range total", url=self.url)
         return resp.total_size, resp.body
 
     def read(self, start: int, end: int) -> bytes:
-        resp = self.client.get(self.url, byte_range=(start, end), max_bytes=end - start + 1)
+        resp = self.client.get(
+            self.url, byte_range=(start, end), max_bytes=end - start + 1, deadline=self.deadline
+        )
         self._count(resp.nbytes)
         return resp.body
 
@@ -281,6 +285,13 @@ def _decompress(entry: ZipEntry, raw: bytes, label: str) -> bytes:
         raise FetchError(
             BAD_ARCHIVE, f"{entry.name}: unsupported compression method {entry.method}", url=label
         )
+    if len(data) > entry.file_size:  # inflates past the size the directory declares: a bomb, not a cut
+        raise FetchError(
+            BAD_ARCHIVE,
+            f"{entry.name}: inflates past the {entry.file_size} bytes the central directory declares "
+            "(stopped there)",
+            url=label,
+        )
     if len(data) != entry.file_size:
         raise FetchError(
             TRUNCATED,
@@ -371,6 +382,62 @@ def _member_from_block(
 
 # ------------------------------------------------------------------------------------------------- tar
 
+#: Largest GNU long-name / long-link or pax extended header read (real ones are a few hundred bytes).
+MAX_TAR_HEADER_BYTES = 1024 * 1024
+#: Most extended headers chained in front of one member (tarfile follows them recursively).
+MAX_TAR_HEADER_CHAIN = 16
+_EXT_HEADER_TYPES = frozenset(
+    {
+        tarfile.GNUTYPE_LONGNAME,
+        tarfile.GNUTYPE_LONGLINK,
+        tarfile.XHDTYPE,
+        tarfile.XGLTYPE,
+        tarfile.SOLARIS_XHDTYPE,
+    }
+)
+
+
+class TarHeaderBomb(tarfile.ReadError):
+    """A tar header tarfile would read whole into memory (or recurse on) beyond the limits above."""
+
+
+class SafeTarInfo(tarfile.TarInfo):
+    """``tarfile.TarInfo`` with bounded header processing; pass as ``tarfile.open(..., tarinfo=SafeTarInfo)``.
+
+    tarfile reads a GNU long-name or pax header into memory whole, whatever size it declares (a 200 KB
+    ``.tar.gz`` can declare a 200 MB name), follows chained headers recursively, and collects GNU sparse maps
+    block after block. Here a header over :data:`MAX_TAR_HEADER_BYTES`, more than
+    :data:`MAX_TAR_HEADER_CHAIN` chained headers, or an extended sparse map stops the archive with
+    :class:`TarHeaderBomb` (a ``tarfile.ReadError``) before anything is allocated."""
+
+    def _proc_member(self, tarfile_: tarfile.TarFile) -> Any:
+        if self.type == tarfile.GNUTYPE_SPARSE and getattr(self, "_sparse_structs", (None, False))[1]:
+            raise TarHeaderBomb(
+                f"{self.name!r}: GNU sparse member with an extended sparse map (not supported)"
+            )
+        if self.type not in _EXT_HEADER_TYPES:
+            return super()._proc_member(tarfile_)  # type: ignore[misc]
+        if self.size > MAX_TAR_HEADER_BYTES:
+            raise TarHeaderBomb(
+                f"extended header of {self.size} bytes at offset {self.offset} "
+                f"(limit {MAX_TAR_HEADER_BYTES}): refused before reading it"
+            )
+        depth = getattr(tarfile_, "_vlmforge_header_chain", 0)
+        if depth >= MAX_TAR_HEADER_CHAIN:
+            raise TarHeaderBomb(
+                f"more than {MAX_TAR_HEADER_CHAIN} chained extended headers at offset {self.offset}"
+            )
+        tarfile_._vlmforge_header_chain = depth + 1  # type: ignore[attr-defined]
+        try:
+            return super()._proc_member(tarfile_)  # type: ignore[misc]
+        finally:
+            tarfile_._vlmforge_header_chain = depth  # type: ignore[attr-defined]
+
+
+def open_tar_stream(fileobj: Any, mode: Literal["r|*", "r|"] = "r|*") -> tarfile.TarFile:
+    """``tarfile.open`` in stream mode with :class:`SafeTarInfo` (bounded headers)."""
+    return tarfile.open(fileobj=fileobj, mode=mode, tarinfo=SafeTarInfo)
+
 
 class HashingReader:
     """Counts and hashes every byte read from ``raw`` (the archive as transferred)."""
@@ -409,7 +476,7 @@ def iter_tar(stream: BinaryIO, wanted: set[str] | None, *, max_bytes: int, label
     """Stream a tar (any compression) once, yielding the members whose normalised name is in ``wanted``
     (every member when ``wanted`` is None). Unsafe or oversized members come with an error and no data."""
     try:
-        tf = tarfile.open(fileobj=stream, mode="r|*")  # noqa: SIM115 - closed by the with below
+        tf = open_tar_stream(stream)  # closed by the with below
     except (tarfile.ReadError, tarfile.CompressionError, EOFError, OSError) as exc:
         raise FetchError(BAD_ARCHIVE, f"not a readable tar: {exc}", url=label) from None
     with tf:
@@ -420,6 +487,10 @@ def iter_tar(stream: BinaryIO, wanted: set[str] | None, *, max_bytes: int, label
                 raise
             except EOFError as exc:
                 raise FetchError(TRUNCATED, f"tar stream ended early: {exc}", url=label) from None
+            except TarHeaderBomb as exc:
+                raise FetchError(BAD_ARCHIVE, f"tar: {exc}", url=label) from None
+            except RecursionError:
+                raise FetchError(BAD_ARCHIVE, "tar: headers nested too deeply", url=label) from None
             except (tarfile.ReadError, tarfile.CompressionError, zlib.error, OSError) as exc:
                 text = str(exc)
                 failure = TRUNCATED if "unexpected end" in text.lower() else BAD_ARCHIVE

@@ -32,7 +32,7 @@ import orjson
 from fsspec import AbstractFileSystem
 
 from vlmforge.schemas.records import SubsetEntry
-from vlmforge.tasks.errors import ReleaseError
+from vlmforge.tasks.errors import ReleaseError, scrub, secret_values
 from vlmforge.tasks.shards import sanitize_key
 from vlmforge.tasks.storage import is_local, url_to_fs
 
@@ -558,14 +558,17 @@ def catalog_release(
     refresh see a recipe change.
     """
     options = dict(storage_options or {})
+    secrets = secret_values(options)  # never echoed: errors name the release, not its credentials
     try:
         fs, root = url_to_fs(release, **options)
     except (ImportError, ValueError, TypeError) as exc:
-        raise ReleaseError(f"cannot open release {release!r}: {exc}") from exc
+        raise ReleaseError(scrub(f"cannot open release {release!r}: {exc}", secrets)) from None
     try:
         is_dir = fs.isdir(root)
-    except (OSError, ValueError) as exc:
-        raise ReleaseError(f"cannot read release {release!r}: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - any backend failure (bad option, auth, network) is a usage error
+        raise ReleaseError(
+            scrub(f"cannot read release {release!r}: {type(exc).__name__}: {exc}", secrets)
+        ) from None
     if not is_dir:
         raise ReleaseError(f"release {release!r} is not a folder (expected one folder per subset)")
     available = list_subset_names(fs, root)
@@ -632,11 +635,11 @@ def parse_storage_options(pairs: Iterable[str] | None) -> dict[str, Any]:
     a dotted key nests (``client_kwargs.endpoint_url=http://127.0.0.1:9000``).
     """
     out: dict[str, Any] = {}
-    for pair in pairs or ():
+    for i, pair in enumerate(pairs or (), 1):
         key, sep, text = pair.partition("=")
         key = key.strip()
-        if not sep or not key:
-            raise ReleaseError(f"--storage-option {pair!r}: expected key=value")
+        if not sep or not key:  # the text is not echoed: it may be a secret given without its key
+            raise ReleaseError(f"--storage-option #{i}: expected key=value (got no '=' or no key)")
         try:
             value: Any = orjson.loads(text)
         except orjson.JSONDecodeError:

@@ -22,8 +22,10 @@ import tarfile
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -51,6 +53,7 @@ from vlmforge.tasks.archives import (
     check_zip_entry,
     iter_tar,
     normalize_member,
+    open_tar_stream,
     plan_ranges,
     read_zip_group,
     read_zip_index,
@@ -69,9 +72,11 @@ from vlmforge.tasks.http import (
     TIMEOUT,
     TRANSIENT,
     TRUNCATED,
+    UNSAFE_MEMBER,
     FetchError,
     HttpClient,
     HttpOptions,
+    redact,
     retry_call,
 )
 from vlmforge.tasks.parse import normalize_ref, unsafe_ref_reason
@@ -243,6 +248,10 @@ class FetchOptions:
     spill_bytes: int = 8 * 1024 * 1024  # larger objects are streamed to a temp file, not held in memory
     coalesce_gap: int = 256 * 1024  # zip members closer than this are read in one range request
     http: HttpOptions = field(default_factory=HttpOptions)
+    # Wall-clock bound of one fetch_batch call (None: unbounded). No request, retry or backoff starts past
+    # it, bodies still arriving are cut there, and references not done by then end as ``timeout`` (a later
+    # run retries them), so a batch never hangs on a slow or stalled host.
+    batch_timeout: float | None = None
 
 
 @dataclass(frozen=True)
@@ -351,6 +360,7 @@ def _classify_fs_error(exc: BaseException, url: str) -> FetchError:
     return FetchError(SOURCE_ERROR, text, url=url)
 
 
+_DEADLINE_GRACE = 2.0  # seconds a batch waits past its deadline for threads finishing a socket read
 _ZIP_CACHE: dict[str, ZipIndex] = {}
 _ZIP_CACHE_LOCK = threading.Lock()
 _ZIP_CACHE_MAX = 8
@@ -374,6 +384,24 @@ class _Batch:
         self.stats = FetchStats()
         self._lock = threading.Lock()
         self._release_index: dict[str, LocalLocation] | None = None
+        self._release_tar_errors: list[str] = []
+        timeout = options.batch_timeout
+        self.deadline: float | None = None if timeout is None else time.monotonic() + timeout
+        self.timed_out = False  # a future was abandoned at the deadline (its thread is not waited for)
+
+    def wait(self, fut: Future[Any]) -> Any:
+        """``fut.result()``, bounded by the batch deadline (plus a short grace for threads that are
+        finishing their last socket read); raises FetchError(timeout) past it."""
+        if self.deadline is None:
+            return fut.result()
+        try:
+            return fut.result(timeout=max(0.0, self.deadline - time.monotonic()) + _DEADLINE_GRACE)
+        except FutureTimeout:
+            self.timed_out = True
+            fut.cancel()
+            raise FetchError(
+                TIMEOUT, f"batch deadline of {self.options.batch_timeout:g} s reached while fetching"
+            ) from None
 
     def count_bytes(self, n: int) -> None:
         with self._lock:
@@ -425,18 +453,31 @@ class _Batch:
         if ctx.subset_path is None:
             return {ref: FetchError(NOT_FOUND, "no release folder given") for ref in located}
         fs, subset = url_to_fs(ctx.subset_path)
+        # Symlinks in the release are followed only while they stay in the subset folder (see resolve.py).
+        jail = os.path.realpath(subset) if _is_local_fs(fs) else None
         for ref, v in located.items():
             rel = v["ref"]
             hit = None
+            escaped = False
             for folder in (subset, f"{subset}/media"):
                 path = _inside(folder, rel)
                 if path is not None and _isfile(fs, path):
+                    if jail is not None and not _within(os.path.realpath(path), jail):
+                        escaped = True
+                        break
                     hit = LocalLocation(path)
                     break
+            if escaped:
+                out[ref] = FetchError(
+                    UNSAFE_MEMBER, f"symlink in the release leads outside the subset folder: {rel}"
+                )
+                continue
             if hit is None:
                 hit = self._release_tars().get(rel)
             if hit is None:
-                out[ref] = FetchError(NOT_FOUND, "not in the subset folder, media/ or the media tars")
+                bad = self._release_tar_errors
+                more = f"; unreadable media tar(s): {'; '.join(bad)}" if bad else ""
+                out[ref] = FetchError(NOT_FOUND, f"not in the subset folder, media/ or the media tars{more}")
                 continue
             upstream = hit.path if hit.offset is None else f"{hit.path}#{rel}"
             out[ref] = FetchOutcome(ref, "ok", "release_tar", upstream, nbytes=hit.size, location=hit)
@@ -448,17 +489,22 @@ class _Batch:
             if self.context.subset_path is not None:
                 fs, _ = url_to_fs(self.context.subset_path)
                 for tar_path in self.context.media_tars:
-                    with fs.open(tar_path, "rb") as f, tarfile.open(fileobj=f, mode="r|") as tf:
-                        for m in tf:
-                            if (
-                                not m.isreg()
-                                or unsafe_ref_reason(m.name)
-                                or normalize_ref(m.name).startswith("../")
-                            ):
-                                continue  # links, devices and members escaping their folder: never served
-                            index.setdefault(
-                                normalize_ref(m.name), LocalLocation(tar_path, m.offset_data, m.size)
-                            )
+                    try:
+                        with fs.open(tar_path, "rb") as f, open_tar_stream(f, "r|") as tf:
+                            for m in tf:
+                                if (
+                                    not m.isreg()
+                                    or unsafe_ref_reason(m.name)
+                                    or normalize_ref(m.name).startswith("../")
+                                ):
+                                    continue  # links, devices and members escaping their folder: never served
+                                index.setdefault(
+                                    normalize_ref(m.name), LocalLocation(tar_path, m.offset_data, m.size)
+                                )
+                    except (tarfile.TarError, OSError, EOFError, zlib.error, RecursionError) as exc:
+                        # members indexed before the damage stay available; the rest are reported missing
+                        detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+                        self._release_tar_errors.append(f"{tar_path.rsplit('/', 1)[-1]}: {detail}")
             self._release_index = index
         return self._release_index
 
@@ -490,6 +536,7 @@ class _Batch:
     # ---------------------------------------------------------------------------------- remote objects
 
     def _cached(self, ref: str, kind: str, upstream: str) -> FetchOutcome | None:
+        upstream = redact(upstream)  # recorded (index, manifests) without credentials
         entry = self.store.lookup(upstream)
         if entry is None:
             return None
@@ -502,6 +549,7 @@ class _Batch:
     def _publish(
         self, ref: str, kind: str, upstream: str, sink: _StoreSink, attempts: int
     ) -> FetchOutcome | FetchError:
+        upstream = redact(upstream)  # recorded (index, manifests) without credentials
         sha = sink.digest()
         want = self.expected.get(ref)
         if want is not None and want != sha:
@@ -561,7 +609,10 @@ class _Batch:
             jobs[ref] = pool.submit(job)
             job_upstream[ref] = upstream
         for ref, fut in jobs.items():
-            res = out[ref] = fut.result()
+            try:
+                res = out[ref] = self.wait(fut)
+            except FetchError as err:
+                res = out[ref] = err
             for other in same[job_upstream[ref]]:
                 out[other] = _replace_ref(res, other) if isinstance(res, FetchOutcome) else res
         return out
@@ -573,7 +624,9 @@ class _Batch:
             _limit_host(self.client, fill(source.url, next(iter(located.values()))), source.max_concurrency)
 
         def fetch_one(url: str, sink: _StoreSink) -> int:
-            resp = self.client.get(url, sink=sink, max_bytes=self.options.max_bytes, expect_media=True)
+            resp = self.client.get(
+                url, sink=sink, max_bytes=self.options.max_bytes, expect_media=True, deadline=self.deadline
+            )
             self.count_bytes(resp.nbytes)
             return resp.attempts
 
@@ -641,7 +694,9 @@ class _Batch:
                     raise err from None
                 self.client._record(state, None, host)
 
-        _, attempts = retry_call(once, lambda e: _classify_fs_error(e, upstream), self.client)
+        _, attempts = retry_call(
+            once, lambda e: _classify_fs_error(e, upstream), self.client, deadline=self.deadline
+        )
         return attempts
 
     # ----------------------------------------------------------------------------------------- archives
@@ -699,7 +754,7 @@ class _Batch:
 
     def _range_source(self, url: str, storage_options: dict[str, Any]) -> RangeSource:
         if url.startswith(("http://", "https://")):
-            return HttpRangeSource(self.client, url)
+            return HttpRangeSource(self.client, url, deadline=self.deadline)
         fs, path = url_to_fs(url, **storage_options)
         return FsRangeSource(fs, path, label=url)
 
@@ -708,7 +763,7 @@ class _Batch:
             index = _ZIP_CACHE.get(url)
         if index is not None:
             return index
-        key = f"zip-central-directory:{url}"
+        key = f"zip-central-directory:{redact(url)}"  # recorded in the store: no credentials
         entry = self.store.lookup(key)
         if entry is not None:
             region = self.store.get(str(entry["sha256"]))
@@ -771,8 +826,12 @@ class _Batch:
                         res.setdefault(ref, err)
             return res
 
-        for fut in [pool.submit(job, g) for g in groups]:
-            out |= fut.result()
+        futures = [(g, pool.submit(job, g)) for g in groups]
+        for group, fut in futures:
+            try:
+                out |= self.wait(fut)
+            except FetchError as err:
+                out |= {ref: err for entry in group for ref in by_entry[entry.header_offset]}
         self.count_bytes(source.bytes_read)
         return out
 
@@ -808,6 +867,8 @@ class _Batch:
                         continue  # duplicate name: the first one wins
                     if tm.error is not None or tm.fileobj is None:
                         errors[tm.name] = tm.error or FetchError(SOURCE_ERROR, "no data", url=url)
+                        if expected_sha is None and not keep_all and len(held) + len(errors) >= len(members):
+                            break  # every referenced member seen: the rest of the stream is not read
                         continue
                     sink = _StoreSink(self.store, self.options.spill_bytes)
                     while chunk := tm.fileobj.read(_READ_CHUNK):
@@ -866,7 +927,7 @@ class _Batch:
 
     def _open_stream(self, url: str, storage_options: dict[str, Any]) -> Any:
         if url.startswith(("http://", "https://")):
-            return self.client.stream(url, max_bytes=self.options.max_archive_bytes)
+            return self.client.stream(url, max_bytes=self.options.max_archive_bytes, deadline=self.deadline)
         fs, path = url_to_fs(url, **storage_options)
         try:
             return fs.open(path, "rb")
@@ -885,7 +946,12 @@ def _final_failure(ref: str, errors: list[tuple[str, FetchError]]) -> FetchOutco
     first source's; the detail lists them all."""
     if not errors:
         return FetchOutcome(ref, NO_SOURCE, detail="no recipe source applies to this reference")
-    kind, chosen = next(((k, e) for k, e in errors if e.transient), errors[0])
+    # An unsafe member (link, escape) is a verdict on the reference itself: it wins over other sources'
+    # failures; then a transient failure (a later run retries it); else the first source's.
+    kind, chosen = next(
+        ((k, e) for k, e in errors if e.failure == UNSAFE_MEMBER),
+        next(((k, e) for k, e in errors if e.transient), errors[0]),
+    )
     detail = chosen.detail
     if chosen.url and chosen.url not in detail:
         detail = f"{detail} ({chosen.url})"
@@ -893,6 +959,10 @@ def _final_failure(ref: str, errors: list[tuple[str, FetchError]]) -> FetchOutco
         others = "; ".join(f"{k}: {e.failure}" for k, e in errors if e is not chosen)
         detail = f"{detail}; also tried {others}"
     return FetchOutcome(ref, chosen.failure, kind, chosen.url, detail=detail[:1000], attempts=chosen.attempts)
+
+
+def _within(real: str, jail: str) -> bool:
+    return real == jail or real.startswith(jail.rstrip("/") + "/")
 
 
 def _inside(folder: str, rel: str) -> str | None:
@@ -960,8 +1030,13 @@ def fetch_batch(
     client = client or shared_client(options.http)
     t0 = time.perf_counter()
     batch = _Batch(recipe, store, context or FetchContext(), client, options, expected or {})
-    with ThreadPoolExecutor(max_workers=options.concurrency, thread_name_prefix="fetch") as pool:
+    pool = ThreadPoolExecutor(max_workers=options.concurrency, thread_name_prefix="fetch")
+    try:
         outcomes = batch.run(refs, pool)
+    finally:
+        # Past the batch deadline, threads still in a socket read are not waited for (they end at their
+        # own read timeout); everything they would return has already been recorded as ``timeout``.
+        pool.shutdown(wait=not batch.timed_out, cancel_futures=True)
     stats = batch.stats
     stats.seconds = time.perf_counter() - t0
     for o in outcomes.values():

@@ -26,9 +26,27 @@ from urllib.parse import urljoin, urlsplit
 import urllib3
 from urllib3 import exceptions as u3
 
-from vlmforge.tasks.errors import VlmforgeError
+from vlmforge.tasks.errors import VlmforgeError, redact, redact_url
 
 log = logging.getLogger("vlmforge.fetch")
+
+
+class RedactingFilter(logging.Filter):
+    """Rewrites a record's message through :func:`redact` (urllib3 logs request lines, query string
+    included, at DEBUG level: a signed URL's signature or a ``?token=`` would land in the logs)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = redact(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        return True
+
+
+_REDACTING = RedactingFilter()
+for _name in ("urllib3.connectionpool", "urllib3.response", "vlmforge.fetch"):
+    if _REDACTING not in logging.getLogger(_name).filters:
+        logging.getLogger(_name).addFilter(_REDACTING)
 
 # Failure classes, as written to the manifests (``media.fetch_status``).
 DNS_ERROR = "dns_error"
@@ -85,12 +103,31 @@ class FetchError(VlmforgeError):
     def __init__(
         self, failure: str, detail: str, *, url: str | None = None, retry_after: float | None = None
     ) -> None:
+        detail = redact(detail)
         super().__init__(f"{failure}: {detail}")
         self.failure = failure
-        self.detail = detail
-        self.url = url
+        self._detail = detail
+        self._url = redact_url(url)
         self.retry_after = retry_after
         self.attempts = 1
+
+    # detail and url are redacted whenever they are set (credentials never reach a manifest or a log)
+    @property
+    def detail(self) -> str:
+        return self._detail
+
+    @detail.setter
+    def detail(self, value: str) -> None:
+        self._detail = redact(value)
+        self.args = (f"{self.failure}: {self._detail}",)
+
+    @property
+    def url(self) -> str | None:
+        return self._url
+
+    @url.setter
+    def url(self, value: str | None) -> None:
+        self._url = redact_url(value)
 
     @property
     def transient(self) -> bool:
@@ -270,7 +307,9 @@ class HttpClient:
             return state
 
     @contextmanager
-    def _slot(self, host: str) -> Iterator[_Host]:
+    def _slot(self, host: str, deadline: float | None = None) -> Iterator[_Host]:
+        """One of ``host``'s in-flight slots, after any pause its Retry-After asked for. With ``deadline``
+        (``time.monotonic()`` value) waiting for a slot or a pause past it fails as ``timeout``."""
         state = self._host(host)
         now = time.monotonic()
         if state.open_until > now:
@@ -279,13 +318,23 @@ class HttpClient:
                 f"{host}: {state.failures} consecutive failures; circuit open for "
                 f"{state.open_until - now:.0f} s more",
             )
-        with state.slots:
+        if deadline is None:
+            state.slots.acquire()
+        elif not state.slots.acquire(timeout=max(0.0, deadline - now)):
+            raise FetchError(TIMEOUT, f"{host}: no free connection slot before the batch deadline")
+        try:
             while True:  # a 429/503 Retry-After pauses the whole host, not just one request
                 wait = state.pause_until - time.monotonic()
                 if wait <= 0:
                     break
+                if deadline is not None and time.monotonic() + wait > deadline:
+                    raise FetchError(
+                        TIMEOUT, f"{host} asked to wait {wait:.0f} s (Retry-After), past the batch deadline"
+                    )
                 time.sleep(min(wait, 1.0))
             yield state
+        finally:
+            state.slots.release()
 
     def _record(self, state: _Host, err: FetchError | None, host: str) -> None:
         with state.lock:
@@ -324,16 +373,22 @@ class HttpClient:
         sink: Sink | None = None,
         max_bytes: int | None = None,
         expect_media: bool = False,
+        deadline: float | None = None,
     ) -> Response:
         """GET ``url`` with retries. ``byte_range`` is inclusive (start, end); ``suffix`` asks for the last
-        N bytes. Raises FetchError (its ``attempts`` set) when every attempt failed."""
+        N bytes. Raises FetchError (its ``attempts`` set) when every attempt failed.
+
+        ``deadline`` (a ``time.monotonic()`` value, e.g. a batch's) bounds the whole call: no attempt starts
+        and no backoff sleeps past it, and an attempt's body read stops there (``timeout``)."""
         attempt = 0
         while True:
             attempt += 1
             if sink is not None and attempt > 1:
                 sink.reset()
             try:
-                resp = self._get_once(url, byte_range, suffix, sink, max_bytes, expect_media)
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise FetchError(TIMEOUT, f"batch deadline reached before attempt {attempt}", url=url)
+                resp = self._get_once(url, byte_range, suffix, sink, max_bytes, expect_media, deadline)
                 resp.attempts = attempt
                 return resp
             except FetchError as err:
@@ -346,7 +401,10 @@ class HttpClient:
                     )
                     raise
                 delay = self.backoff(attempt, err.retry_after)
-                log.debug("retry %d of %s in %.2f s after %s", attempt, url, delay, err)
+                if deadline is not None and time.monotonic() + delay >= deadline:
+                    err.detail += f" (not retried: the batch deadline comes before attempt {attempt + 1})"
+                    raise
+                log.debug("retry %d of %s in %.2f s after %s", attempt, redact(url), delay, err)
                 time.sleep(delay)
 
     def _pool(self, scheme: str, host: str, port: int) -> urllib3.HTTPConnectionPool:
@@ -382,6 +440,7 @@ class HttpClient:
         sink: Sink | None,
         max_bytes: int | None,
         expect_media: bool,
+        deadline: float | None = None,
     ) -> Response:
         current = url
         for _ in range(self.options.max_redirects + 1):
@@ -389,9 +448,11 @@ class HttpClient:
             if parts.scheme not in ("http", "https") or not parts.hostname:
                 raise FetchError(SOURCE_ERROR, f"not an http(s) URL: {current}", url=url)
             host = parts.hostname
-            with self._slot(host) as state:
+            with self._slot(host, deadline) as state:
                 try:
-                    result = self._request(current, parts, byte_range, suffix, sink, max_bytes, expect_media)
+                    result = self._request(
+                        current, parts, byte_range, suffix, sink, max_bytes, expect_media, deadline
+                    )
                 except FetchError as err:
                     err.url = err.url or url
                     self._record(state, err, host)
@@ -413,6 +474,7 @@ class HttpClient:
         sink: Sink | None,
         max_bytes: int | None,
         expect_media: bool,
+        batch_deadline: float | None = None,
     ) -> Response | str:
         opts = self.options
         port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -432,7 +494,12 @@ class HttpClient:
             path += "?" + parts.query
         cap = opts.max_bytes if max_bytes is None else max_bytes
         deadline = time.monotonic() + opts.request_timeout
-        timeout = urllib3.Timeout(connect=opts.connect_timeout, read=opts.read_timeout)
+        if batch_deadline is not None:
+            deadline = min(deadline, batch_deadline)
+        remaining = max(0.001, deadline - time.monotonic())
+        timeout = urllib3.Timeout(
+            connect=min(opts.connect_timeout, remaining), read=min(opts.read_timeout, remaining)
+        )
         try:
             r = pool.urlopen(
                 "GET",
@@ -503,7 +570,9 @@ class HttpClient:
         n = 0
         first = True
         try:
-            for chunk in r.stream(_CHUNK, decode_content=False):
+            # read1: one socket read per call (at most read_timeout each), so the request deadline is
+            # checked however slowly the body drips in (stream()/read() would block until a chunk fills).
+            while chunk := r.read1(_CHUNK, decode_content=False):
                 if first and expect_media and looks_like_html(chunk):
                     _discard(r)
                     ctype = hdrs.get("content-type", "?")
@@ -517,7 +586,8 @@ class HttpClient:
                     _discard(r)
                     raise FetchError(
                         TIMEOUT,
-                        f"request took over {self.options.request_timeout:.0f} s ({n} bytes)",
+                        f"body still arriving at the deadline "
+                        f"({self.options.request_timeout:.0f} s per request, or the batch's; {n} bytes)",
                         url=url,
                     )
                 out.write(chunk)
@@ -545,10 +615,15 @@ class HttpClient:
         )
 
     @contextmanager
-    def stream(self, url: str, *, max_bytes: int | None = None) -> Iterator[BinaryIO]:
+    def stream(
+        self, url: str, *, max_bytes: int | None = None, deadline: float | None = None
+    ) -> Iterator[BinaryIO]:
         """A readable stream of ``url``'s body that resumes with Range requests after a dropped connection
-        (tar archives are read once, front to back). Reads raise FetchError."""
-        stream = _ResumingStream(self, url, max_bytes if max_bytes is not None else self.options.max_bytes)
+        (tar archives are read once, front to back). Reads raise FetchError; with ``deadline`` (a
+        ``time.monotonic()`` value) a read or a retry past it raises ``timeout``."""
+        stream = _ResumingStream(
+            self, url, max_bytes if max_bytes is not None else self.options.max_bytes, deadline
+        )
         try:
             yield stream  # type: ignore[misc]
         finally:
@@ -577,11 +652,12 @@ def _content_range_total(value: str | None) -> int | None:
 class _ResumingStream:
     """File-like body of one URL, re-requested from the current offset (Range) after a transient error."""
 
-    def __init__(self, client: HttpClient, url: str, cap: int) -> None:
-        self.client, self.url, self.cap = client, url, cap
+    def __init__(self, client: HttpClient, url: str, cap: int, deadline: float | None = None) -> None:
+        self.client, self.url, self.cap, self.deadline = client, url, cap, deadline
         self.pos = 0
         self.size: int | None = None
         self._resp: urllib3.BaseHTTPResponse | None = None
+        self._broken = False  # the connection failed after a partial read: reopen before reading again
         self._attempt = 0
         self._host: str = urlsplit(url).hostname or ""
 
@@ -593,10 +669,11 @@ class _ResumingStream:
         while True:
             self._attempt += 1
             try:
+                self._check_deadline()
                 for _ in range(client.options.max_redirects + 1):
                     parts = urlsplit(self.url)
                     self._host = parts.hostname or ""
-                    with client._slot(self._host) as state:
+                    with client._slot(self._host, self.deadline) as state:
                         try:
                             r = self._request(parts)
                         except FetchError as err:
@@ -612,7 +689,15 @@ class _ResumingStream:
                 err.attempts = self._attempt
                 if not err.transient or self._attempt > client.options.retries:
                     raise
-                time.sleep(client.backoff(self._attempt, err.retry_after))
+                delay = client.backoff(self._attempt, err.retry_after)
+                if self.deadline is not None and time.monotonic() + delay >= self.deadline:
+                    err.detail += " (not retried: the batch deadline comes first)"
+                    raise
+                time.sleep(delay)
+
+    def _check_deadline(self) -> None:
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise FetchError(TIMEOUT, f"batch deadline reached at byte {self.pos}", url=self.url)
 
     def _request(self, parts: Any) -> urllib3.BaseHTTPResponse | str:
         client = self.client
@@ -620,8 +705,9 @@ class _ResumingStream:
             raise FetchError(SOURCE_ERROR, f"not an http(s) URL: {self.url}", url=self.url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
         pool = client._pool(parts.scheme, parts.hostname, port)
-        headers = {
-            "Host": parts.netloc,
+        default_port = port == (443 if parts.scheme == "https" else 80)
+        headers = {  # never parts.netloc: it carries user:password@
+            "Host": parts.hostname if default_port else f"{parts.hostname}:{port}",
             "User-Agent": client.options.user_agent,
             "Accept-Encoding": "identity",
         }
@@ -671,6 +757,26 @@ class _ResumingStream:
                 raise FetchError(TOO_LARGE, f"{self.size} bytes exceed the cap of {self.cap}", url=self.url)
         return r
 
+    def _read_some(self, resp: urllib3.BaseHTTPResponse, n: int) -> bytes:
+        """Up to ``n`` bytes (all when ``n < 0``), short only at the end of the body: one socket read at a
+        time, so the deadline is checked however slowly the body drips in."""
+        parts: list[bytes] = []
+        got = 0
+        while n < 0 or got < n:
+            self._check_deadline()
+            try:
+                piece = resp.read1(_CHUNK if n < 0 else min(_CHUNK, n - got), decode_content=False)
+            except Exception:
+                if not parts:
+                    raise
+                self._broken = True  # hand over what arrived; the next read resumes from there
+                break
+            if not piece:
+                break
+            parts.append(piece)
+            got += len(piece)
+        return b"".join(parts)
+
     def read(self, n: int = -1) -> bytes:
         while True:
             if self._resp is None:
@@ -678,19 +784,26 @@ class _ResumingStream:
                     return b""
                 self._resp = self._open()
             try:
-                data = self._resp.read(n if n >= 0 else None, decode_content=False)
+                data = self._read_some(self._resp, n)
             except Exception as exc:  # noqa: BLE001
                 err = classify_exception(exc, self.url, reading_body=True)
                 _discard(self._resp)
                 self._resp = None
+                if err.failure == TIMEOUT and self.deadline is not None and time.monotonic() >= self.deadline:
+                    raise err from None  # the batch deadline: no resume
                 if not err.transient or self._attempt > self.client.options.retries:
                     raise err from None
                 continue  # resume from self.pos
             with self.client._lock:
                 self.client.bytes_received += len(data)
+            if self._broken and self._resp is not None:
+                self._broken = False
+                _discard(self._resp)
+                self._resp = None
             if not data and n != 0:
                 if self.size is not None and self.pos < self.size:  # short body without an exception
-                    _discard(self._resp)
+                    if self._resp is not None:
+                        _discard(self._resp)
                     self._resp = None
                     if self._attempt > self.client.options.retries:
                         raise FetchError(TRUNCATED, f"got {self.pos} of {self.size} bytes", url=self.url)
@@ -709,17 +822,27 @@ class _ResumingStream:
 
 
 def retry_call(
-    fn: Callable[[], Any], classify: Callable[[BaseException], FetchError], client: HttpClient
+    fn: Callable[[], Any],
+    classify: Callable[[BaseException], FetchError],
+    client: HttpClient,
+    deadline: float | None = None,
 ) -> tuple[Any, int]:
-    """Run ``fn`` with the client's retry policy (for object stores); returns (result, attempts)."""
+    """Run ``fn`` with the client's retry policy (for object stores); returns (result, attempts). With
+    ``deadline`` (a ``time.monotonic()`` value) no attempt starts and no backoff sleeps past it."""
     attempt = 0
     while True:
         attempt += 1
         try:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise FetchError(TIMEOUT, f"batch deadline reached before attempt {attempt}")
             return fn(), attempt
         except Exception as exc:  # noqa: BLE001
             err = classify(exc)
             err.attempts = attempt
             if not err.transient or attempt > client.options.retries:
                 raise err from None
-            time.sleep(client.backoff(attempt, err.retry_after))
+            delay = client.backoff(attempt, err.retry_after)
+            if deadline is not None and time.monotonic() + delay >= deadline:
+                err.detail += f" (not retried: the batch deadline comes before attempt {attempt + 1})"
+                raise err from None
+            time.sleep(delay)

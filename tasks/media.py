@@ -533,7 +533,9 @@ def _verify_png_stream(data: bytes, layout: _PngLayout) -> None:
     try:
         for offset, length in layout.idat:
             buf: bytes | memoryview = memoryview(data)[offset : offset + length]
-            while buf and not inflater.eof:
+            # Data past the rows (plus a strip of slack to reach the checksum) is not inflated: a small IDAT
+            # can inflate to gigabytes of extra bytes, which decoders ignore anyway.
+            while buf and not inflater.eof and pos <= need + _STRIP_BYTES:
                 out = inflater.decompress(buf, _STRIP_BYTES)
                 buf = inflater.unconsumed_tail
                 if out and pos < need:
@@ -543,7 +545,7 @@ def _verify_png_stream(data: bytes, layout: _PngLayout) -> None:
                         row = (pos + (-pos) % stride + int(np.argmax(filters > 4)) * stride) // stride
                         raise _Reject("decode_error", f"PNG row {row} has filter type {int(filters.max())}")
                 pos += len(out)
-            if inflater.eof:
+            if inflater.eof or pos > need + _STRIP_BYTES:
                 break
     except zlib.error as exc:
         raise _Reject("decode_error", _short(f"PNG data: {exc}")) from exc
@@ -601,17 +603,24 @@ def _png_strips(data: bytes, layout: _PngLayout) -> Iterator[Image.Image]:
         prev_raw = out.crop((0, n_rows - 1, layout.width, n_rows)).tobytes()
         return out
 
+    need = layout.height * stride
+
+    def short() -> int:  # filtered bytes still missing before every row is in
+        return need - done * stride - len(pending)
+
     try:
         for offset, length in layout.idat:
             buf: bytes | memoryview = memoryview(data)[offset : offset + length]
-            while buf and not inflater.eof:
-                pending += inflater.decompress(buf, max(want - len(pending), 1))
+            # Stops once every row is in: data past the rows is never inflated (a small IDAT can inflate to
+            # gigabytes of extra bytes; asking for them byte by byte would take hours).
+            while buf and not inflater.eof and short() > 0:
+                pending += inflater.decompress(buf, max(min(want - len(pending), short()), 1))
                 buf = inflater.unconsumed_tail
                 while len(pending) >= want and done + rows < layout.height:
                     yield strip(pending[:want], rows)
                     del pending[:want]
                     done += rows
-            if inflater.eof:
+            if inflater.eof or short() <= 0:
                 break
     except zlib.error as exc:
         raise _Reject("decode_error", _short(f"PNG data: {exc}")) from exc

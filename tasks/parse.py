@@ -15,11 +15,10 @@ Accepted forms, all normalised to the same :class:`~vlmforge.schemas.records.Rec
 Nothing here raises on bad input: every line becomes exactly one Record or Reject. Reasons are a code, a
 colon and a readable detail: ``empty_line``, ``invalid_utf8``, ``invalid_json: <msg> (col N)``,
 ``invalid_record: <detail>``, ``unsupported_part:<type>``, ``unsafe_ref: <ref> (<why>)``,
-``placeholder_mismatch: <detail>``, ``duplicate_row: identical to line N``.
-
-Speed: lines are decoded with orjson (the stdlib decoder only runs on a failing line, for its message), and
-the common well-formed record takes a short path; :func:`parse_batch` pauses the cyclic GC while it
-builds a batch (parsing creates no cycles).
+``placeholder_mismatch: <detail>``, ``duplicate_row: identical to line N``,
+``line_too_long: <n> bytes > <cap>`` (a line over ``max_line_bytes`` is refused before it is decoded, so one
+hostile line costs no more memory than its own bytes), and ``invalid_record: ... metadata nested deeper than N
+levels`` (part metadata is kept verbatim; deeper values would break JSON encoders downstream).
 """
 
 from __future__ import annotations
@@ -55,6 +54,28 @@ _PLACEHOLDER = {"image": "<image>", "video": "<video>"}
 _PLACEHOLDER_RE = re.compile(r"\n?(<image>|<video>)\n?")
 _EMPTY: frozenset[str] = frozenset()
 _MISSING = object()
+#: Lines longer than this are rejected undecoded (``line_too_long``); 16 MiB is ~4M tokens of text.
+MAX_LINE_BYTES = 16 * 1024 * 1024
+#: Deepest nesting accepted in a part's ``metadata`` (kept verbatim in the record).
+MAX_METADATA_DEPTH = 64
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    """True when ``value`` nests lists/objects more than ``limit`` levels (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        obj, depth = stack.pop()
+        if depth > limit:
+            return True
+        if type(obj) is dict:
+            stack.extend((v, depth + 1) for v in obj.values() if type(v) is dict or type(v) is list)
+        elif type(obj) is list:
+            stack.extend((v, depth + 1) for v in obj if type(v) is dict or type(v) is list)
+    return False
+
+
+def _meta_reason(where: str) -> str:
+    return f"invalid_record: {where}.metadata nested deeper than {MAX_METADATA_DEPTH} levels"
 
 
 def _fast_constructors() -> tuple[Any, Any]:
@@ -154,7 +175,14 @@ def _check_ref(ref: str, allowed: Collection[str]) -> None:
         return
     bad = unsafe_ref_reason(ref, allowed)
     if bad:
-        raise _Invalid(f"unsafe_ref: {ref[:200]} ({bad})")
+        raise _Invalid(f"unsafe_ref: {printable(ref[:200])} ({bad})")
+
+
+def printable(text: str) -> str:
+    """``text`` with control and other non-printable characters escaped (``\\x00``), for reasons."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def normalize_ref(ref: str) -> str:
@@ -196,6 +224,8 @@ def _part(item: Any, where: str, allowed: Collection[str]) -> Part:
         _check_ref(ref, allowed)
         meta = item.get("metadata")
         if isinstance(meta, dict):
+            if meta and _too_deep(meta, MAX_METADATA_DEPTH):
+                raise _Invalid(_meta_reason(where))
             return {"type": ptype, "ref": ref, "metadata": meta}
         return {"type": ptype, "ref": ref}
     if isinstance(ptype, str):
@@ -375,6 +405,8 @@ def _fast_record(obj: Any, line: int) -> Record | None:
                 media.append(_new_media_ref(len(media), ptype, ref))
                 meta = part.get("metadata")
                 if type(meta) is dict:
+                    if meta and _too_deep(meta, MAX_METADATA_DEPTH):
+                        return None  # the full path names the part
                     parts.append({"type": ptype, "ref": ref, "metadata": meta})
                 else:
                     parts.append({"type": ptype, "ref": ref})
@@ -435,7 +467,9 @@ def _decode_failure(raw: bytes, fast_error: orjson.JSONDecodeError) -> str:
         json.loads(text, parse_constant=_reject_nan)
     except json.JSONDecodeError as exc:
         return f"invalid_json: {exc.msg} (col {exc.colno})"
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:
+        return "invalid_json: nested too deeply for the decoder (over ~1000 levels)"
+    except ValueError as exc:
         return f"invalid_json: {str(exc) or type(exc).__name__}"
     # Valid for the stdlib but not for orjson: lone surrogates, numbers beyond a double.
     return f"invalid_json: {fast_error.msg} (col {fast_error.colno})"
@@ -463,10 +497,21 @@ def _undecodable(raw: bytes, line: int, exc: orjson.JSONDecodeError, subset: str
     return Reject(line, _decode_failure(raw, exc), None, subset)
 
 
+def _too_long(raw: bytes, line: int, cap: int, subset: str | None) -> Reject:
+    return Reject(line, f"line_too_long: {len(raw)} bytes > {cap} (not decoded)", None, subset)
+
+
 def parse_line(
-    raw: bytes, line: int, *, allowed_schemes: Collection[str] = _EMPTY, subset: str | None = None
+    raw: bytes,
+    line: int,
+    *,
+    allowed_schemes: Collection[str] = _EMPTY,
+    subset: str | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> Record | Reject:
     """One JSONL line to a Record or a Reject (never raises on bad input)."""
+    if len(raw) > max_line_bytes:
+        return _too_long(raw, line, max_line_bytes, subset)
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -481,6 +526,7 @@ def _parse_lines(
     duplicates: Mapping[int, int] | None,
     conflicts: Mapping[int, tuple[int, str]] | None,
     subset: str | None,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> list[Record | Reject]:
     # The hot loop of the stage: kept flat (no generator, no per-line helper call on the common path).
     loads, fast, decode_error = orjson.loads, _fast_record, orjson.JSONDecodeError
@@ -488,6 +534,10 @@ def _parse_lines(
     append = out.append
     line = first_line
     for raw in lines:
+        if len(raw) > max_line_bytes:
+            append(_too_long(raw, line, max_line_bytes, subset))
+            line += 1
+            continue
         try:
             obj = loads(raw)
         except decode_error as exc:
@@ -512,6 +562,7 @@ def parse_chunk(
     duplicates: Mapping[int, int] | None = None,
     conflicts: Mapping[int, tuple[int, str]] | None = None,
     subset: str | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> Iterator[Record | Reject]:
     """Parse a chunk of whole JSONL lines whose first line has number ``first_line`` (1-based).
 
@@ -527,6 +578,7 @@ def parse_chunk(
         duplicates=duplicates,
         conflicts=conflicts,
         subset=subset,
+        max_line_bytes=max_line_bytes,
     )
 
 
@@ -552,12 +604,15 @@ def parse_batch(
     duplicates: Mapping[int, int] | None = None,
     conflicts: Mapping[int, tuple[int, str]] | None = None,
     subset: str | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> list[Record | Reject]:
     """Every line of ``data`` as a list, built with the cyclic GC paused (parsing creates no cycles)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _parse_lines(split_lines(data), first_line, allowed_schemes, duplicates, conflicts, subset)
+        return _parse_lines(
+            split_lines(data), first_line, allowed_schemes, duplicates, conflicts, subset, max_line_bytes
+        )
     finally:
         if was_enabled:
             gc.enable()
@@ -595,6 +650,7 @@ def iter_records(
     allowed_schemes: Collection[str] = _EMPTY,
     subset: str | None = None,
     chunk_size: int = 8 * 1024 * 1024,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> Iterator[Record | Reject]:
     """Stream every line of a JSONL (local path or fsspec URL) as Records and Rejects, in bounded memory."""
     from vlmforge.tasks.storage import url_to_fs
@@ -603,6 +659,8 @@ def iter_records(
     line = 1
     with fs.open(path, "rb", block_size=chunk_size) as f:
         for chunk in iter_line_chunks(f, chunk_size=chunk_size):
-            items = parse_batch(chunk, line, allowed_schemes=allowed_schemes, subset=subset)
+            items = parse_batch(
+                chunk, line, allowed_schemes=allowed_schemes, subset=subset, max_line_bytes=max_line_bytes
+            )
             line += len(items)
             yield from items

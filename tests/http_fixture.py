@@ -1,7 +1,9 @@
 """A real HTTP/1.1 server on 127.0.0.1 for fetch tests and benchmarks: keep-alive, Range requests, and
 fault modes per path (404, 429/503 with Retry-After, 500 then success, slow body, stalled body, truncated
 chunked body, wrong Content-Length, an HTML error page served as image/jpeg, a hang until released, a
-server that ignores Range, redirects). It records every request and every TCP connection it accepted.
+server that ignores Range, redirects, 401/403/502, a connection reset) and a flaky mode that makes a share
+of all requests misbehave at random (seeded). It records every request (with its Host and Authorization
+headers) and every TCP connection it accepted.
 
     with HttpFixture() as srv:
         srv.add("/a.jpg", data)
@@ -11,8 +13,10 @@ server that ignores Range, redirects). It records every request and every TCP co
 
 from __future__ import annotations
 
+import random
 import re
 import socket
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,7 +34,9 @@ _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 class Fault:
     """How a path misbehaves. ``times``: only the first N requests misbehave (None: all of them)."""
 
-    kind: str  # 404 429 500 503 slow stall truncated cut bad_length html hang no_range chunked redirect delay
+    # 401 403 404 429 500 502 503 slow stall truncated cut bad_length html hang no_range chunked redirect
+    # delay reset (RST before any response)
+    kind: str
     times: int | None = None
     retry_after: str | None = None
     delay: float = 0.0
@@ -38,11 +44,26 @@ class Fault:
     pieces: int = 10  # slow: body sent in this many pieces, ``delay`` apart
 
 
+@dataclass(frozen=True)
+class Flaky:
+    """Every request (to any path without its own fault) misbehaves with probability ``rate``, picking one of
+    ``kinds`` at random; ``seed`` makes the sequence of draws reproducible."""
+
+    rate: float = 0.3
+    kinds: tuple[str, ...] = ("500", "502", "503", "reset", "cut", "slow")
+    seed: int = 0
+    slow_delay: float = 0.02  # slow: the body in 10 pieces this far apart
+    stall: float = 0.0  # > 0 adds "stall": headers, then silence this long before the body
+
+
 @dataclass
 class Request:
     method: str
     path: str
     range: str | None
+    host: str | None = None
+    authorization: str | None = None
+    fault: str | None = None  # the fault injected into this request, if any
     status: int = 0
     sent: int = 0
     complete: bool = False  # the whole response body was written
@@ -62,6 +83,9 @@ class _State:
     lock: threading.Lock = field(default_factory=threading.Lock)
     hang_reached: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
+    flaky: Flaky | None = None
+    rng: random.Random = field(default_factory=random.Random)
+    injected: dict[str, int] = field(default_factory=dict)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -85,7 +109,14 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self, head: bool) -> None:
         st = self.server.state
         path = self.path.split("?", 1)[0]
-        rec = Request(self.command, path, self.headers.get("Range"), t_start=time.monotonic())
+        rec = Request(
+            self.command,
+            path,
+            self.headers.get("Range"),
+            host=self.headers.get("Host"),
+            authorization=self.headers.get("Authorization"),
+            t_start=time.monotonic(),
+        )
         with st.lock:
             st.log.append(rec)
             n = st.hits[path] = st.hits.get(path, 0) + 1
@@ -93,6 +124,19 @@ class _Handler(BaseHTTPRequestHandler):
             st.max_in_flight = max(st.max_in_flight, st.in_flight)
             fault = st.faults.get(path)
             data = st.files.get(path)
+            if (
+                fault is None
+                and st.flaky is not None
+                and data is not None
+                and st.rng.random() < st.flaky.rate
+            ):
+                fl = st.flaky
+                kinds = fl.kinds + (("stall",) if fl.stall > 0 else ())
+                kind = st.rng.choice(kinds)
+                delay = fl.stall if kind == "stall" else fl.slow_delay
+                fault = Fault(kind, delay=delay)
+                st.injected[kind] = st.injected.get(kind, 0) + 1
+                rec.fault = kind
         try:
             if fault is not None and (fault.times is None or n <= fault.times):
                 self._fault(fault, data or b"", rec, head)
@@ -163,7 +207,14 @@ class _Handler(BaseHTTPRequestHandler):
         kind = f.kind
         if kind == "404":
             self._simple(rec, 404, b"<html><body>404</body></html>", "text/html")
-        elif kind in ("429", "500", "503"):
+        elif kind in ("401", "403"):
+            extra = {"WWW-Authenticate": 'Basic realm="media"'} if kind == "401" else {}
+            self._simple(rec, int(kind), b"<html><body>denied</body></html>", "text/html", extra)
+        elif kind == "reset":  # RST instead of a response
+            self.close_connection = True
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+        elif kind in ("429", "500", "502", "503"):
             extra = {"Retry-After": f.retry_after} if f.retry_after is not None else {}
             self._simple(rec, int(kind), b"busy\n", "text/plain", extra)
         elif kind == "html":
@@ -205,19 +256,31 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", _ctype(rec.path))
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            half = data[: len(data) // 2]
-            self._send(rec, f"{len(half):x}\r\n".encode() + half + b"\r\n")
+            first = data[: len(data) // 2]
+            self._send(rec, f"{len(first):x}\r\n".encode() + first + b"\r\n")
             self.wfile.flush()
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
-        elif kind == "cut":  # honest Content-Length, half the body, then the connection drops
-            rec.status = 200
-            self.send_response(200)
+        elif kind == "cut":  # honest Content-Length, half the body (or range), then the connection drops
+            status, body, extra = 200, data, {}
+            m = _RANGE.match((self.headers.get("Range") or "").strip())
+            if m and (m.group(1) or m.group(2)) and data:
+                if m.group(1):
+                    start = int(m.group(1))
+                    end = min(int(m.group(2)), len(data) - 1) if m.group(2) else len(data) - 1
+                else:
+                    start, end = max(0, len(data) - int(m.group(2))), len(data) - 1
+                status, body = 206, data[start : end + 1]
+                extra = {"Content-Range": f"bytes {start}-{end}/{len(data)}"}
+            rec.status = status
+            self.send_response(status)
             self.send_header("Content-Type", _ctype(rec.path))
-            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Content-Length", str(len(body)))
             self.send_header("Accept-Ranges", "bytes")
+            for k, v in extra.items():
+                self.send_header(k, v)
             self.end_headers()
-            self._send(rec, data[: len(data) // 2])
+            self._send(rec, body[: len(body) // 2])
             self.wfile.flush()
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
@@ -315,6 +378,19 @@ class HttpFixture:
             else:
                 self.state.faults[path] = fault
             self.state.hits.pop(path, None)
+
+    def flaky(self, plan: Flaky | None) -> None:
+        """Make a share of every later request misbehave (None: stop)."""
+        with self.state.lock:
+            self.state.flaky = plan
+            self.state.rng = random.Random(plan.seed if plan is not None else 0)
+            self.state.injected = {}
+
+    @property
+    def injected(self) -> dict[str, int]:
+        """Faults injected by the flaky mode so far, by kind."""
+        with self.state.lock:
+            return dict(self.state.injected)
 
     def requests(self, path: str | None = None) -> list[Request]:
         with self.state.lock:
