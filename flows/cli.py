@@ -248,9 +248,9 @@ def sample_release(
 
 def _register_commands() -> None:
     # One module per command family keeps this file about `run`; each adds its commands to `app`.
-    from vlmforge.flows import cli_catalog, cli_energon, cli_quality, cli_recipe, cli_tokens
+    from vlmforge.flows import cli_catalog, cli_energon, cli_quality, cli_recipe, cli_server, cli_tokens
 
-    for module in (cli_catalog, cli_recipe, cli_tokens, cli_energon, cli_quality):
+    for module in (cli_catalog, cli_recipe, cli_tokens, cli_energon, cli_quality, cli_server):
         module.register(app)
 
 

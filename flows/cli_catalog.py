@@ -159,74 +159,57 @@ def register(app: typer.Typer) -> None:
         dry_run: Annotated[bool, typer.Option(help="print what would change, do nothing")] = False,
     ) -> None:
         """Rerun only subsets whose README, license, JSONL or media recipe changed; unpublish removed ones."""
-        from vlmforge.tasks.manifests import OutputLayout
-        from vlmforge.tasks.refresh import (
-            parse_license_allow,
-            plan_refresh,
-            read_previous_catalog,
-            split_by_license,
-        )
+        from vlmforge.tasks.refresh import parse_license_allow
 
-        layout = OutputLayout(out)
-        entries = _catalog(release, None, storage_option, recipes, 2000)
         allow = parse_license_allow(license_allow)
-        entries, excluded = split_by_license(entries, allow)
-        previous = read_previous_catalog(layout)
-        plan = plan_refresh(entries, previous, retry_unpublished=retry_unpublished)
-        for subset, why in excluded:  # a published subset whose license is no longer allowed comes out
-            if subset in previous:
-                from vlmforge.tasks.refresh import SubsetChange
+        if dry_run:  # the plan only: no Prefect, no Ray
+            from vlmforge.flows.ops import plan_release_refresh
 
-                plan.changes.append(SubsetChange(subset, "unpublish", (why,)))
-        t = Table(title=f"refresh {out} from {release}")
-        for col in ("subset", "action", "why"):
-            t.add_column(col, overflow="fold")
-        colour = {"rerun": "yellow", "unpublish": "red", "unchanged": "green"}
-        for c in sorted(plan.changes, key=lambda c: c.subset):
-            t.add_row(
-                c.subset, f"[{colour[c.action]}]{c.action}", "; ".join(c.reasons) or "no upstream change"
+            entries = _catalog(release, None, storage_option, recipes, 2000)
+            _print_plan(
+                release, out, plan_release_refresh(entries, out, allow, retry_unpublished=retry_unpublished)
             )
-        console.print(t)
-        if dry_run or (not plan.rerun and not plan.unpublish):
             return
-        _apply(release, out, plan, storage_option, allow)
+        _apply(release, out, storage_option, recipes, allow, retry_unpublished)
 
 
-def _apply(release: str, out: str, plan: Any, storage_option: list[str] | None, allow: list[str]) -> None:
-    """Run the refresh: the lead's ``refresh_release`` flow when present, else unpublish + ``run_release``."""
-    from vlmforge.flows import pipeline
+def _print_plan(release: str, out: str, plan: Any) -> None:
+    t = Table(title=f"refresh {out} from {release}")
+    for col in ("subset", "action", "why"):
+        t.add_column(col, overflow="fold")
+    colour = {"rerun": "yellow", "unpublish": "red", "unchanged": "green"}
+    for c in sorted(plan.changes, key=lambda c: c.subset):
+        t.add_row(c.subset, f"[{colour[c.action]}]{c.action}", "; ".join(c.reasons) or "no upstream change")
+    console.print(t)
+
+
+def _apply(
+    release: str,
+    out: str,
+    storage_option: list[str] | None,
+    recipes: str | None,
+    allow: list[str],
+    retry_unpublished: bool,
+) -> None:
+    """Run the ``refresh_release`` flow: catalog, plan, unpublish, rerun the changed subsets, metadataset."""
+    from vlmforge.flows.ops import refresh_release
     from vlmforge.flows.runtime import embedded_runtime
-    from vlmforge.schemas.config import RunConfig
     from vlmforge.tasks.catalog import parse_storage_options
-    from vlmforge.tasks.refresh import last_run_options
 
-    base = last_run_options(out) or {}
-    fields = RunConfig.model_fields
-    options: dict[str, Any] = {k: v for k, v in base.items() if k in fields}
-    options.update(release=release, out=out, subsets=tuple(plan.rerun))
-    if "storage_options" in fields:
-        options["storage_options"] = parse_storage_options(storage_option)
-    if "license_allow" in fields:
-        options["license_allow"] = tuple(allow)
-    cfg = RunConfig(**options)
-    flow = getattr(pipeline, "refresh_release", None)
     with embedded_runtime():
-        if flow is not None:
-            summary = flow(cfg, plan)
-        else:
-            from vlmforge.tasks.manifests import OutputLayout
-            from vlmforge.tasks.publish import publish_metadataset
-            from vlmforge.tasks.refresh import unpublish_subset
-
-            layout = OutputLayout(out)
-            for subset in plan.unpublish:
-                unpublish_subset(layout, subset)
-            summary = pipeline.run_release(cfg) if plan.rerun else None
-            publish_metadataset(layout)
-    if summary is not None:
+        result = refresh_release(
+            release,
+            out,
+            storage_options=parse_storage_options(storage_option) or None,
+            recipes=recipes,
+            license_allow=allow,
+            retry_unpublished=retry_unpublished,
+        )
+    _print_plan(release, out, result.plan)
+    if result.summary is not None:
         from vlmforge.flows.cli import print_summary
 
-        print_summary(summary)
-        if summary.failed:
-            err.print(f"[red]not published:[/red] {', '.join(summary.failed)}")
-            raise typer.Exit(1)
+        print_summary(result.summary)
+    if result.failed:
+        err.print(f"[red]not published:[/red] {', '.join(result.failed)}")
+        raise typer.Exit(1)

@@ -1,0 +1,514 @@
+"""Operations flows: ``refresh_release``, ``mix_flow`` and ``validate_flow`` (deployed by prefect.yaml).
+
+Like :mod:`vlmforge.flows.pipeline`, these only wire and report; the work is in ``vlmforge.tasks``. Each
+publishes a Prefect markdown artifact a person reads in the UI (the refresh plan with its reasons, a mix's
+shares, the validation result per dataset).
+
+:func:`start_ray_head` starts a Ray head as its own process (``ray start --head --block``) on loopback,
+without dashboard, telemetry off and with a HOME holding ``ray_bootstrap_config.yaml``; the tests use it as
+a real second-process cluster, and ``vlmforge server --ray`` to give deployments a long-lived local one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+
+from vlmforge.flows.pipeline import RunSummary, run_release
+from vlmforge.flows.runtime import QUIET_ENV, RAY_BOOTSTRAP, LoopbackRayTaskRunner, _free_port
+from vlmforge.schemas.config import RunConfig
+from vlmforge.schemas.records import SubsetEntry
+from vlmforge.tasks.errors import OutputError
+from vlmforge.tasks.manifests import OutputLayout
+from vlmforge.tasks.mix import MixPlan
+from vlmforge.tasks.refresh import RefreshPlan, SubsetChange
+from vlmforge.tasks.validate import ValidationReport
+
+__all__ = [
+    "RayHead",
+    "RefreshResult",
+    "mix_flow",
+    "plan_release_refresh",
+    "refresh_config",
+    "refresh_release",
+    "runner_for",
+    "start_ray_head",
+    "validate_flow",
+]
+
+
+def _md(text: object, limit: int = 400) -> str:
+    """A value safe inside a markdown table cell."""
+    return str(text).replace("|", "/").replace("\n", " ")[:limit]
+
+
+def runner_for(cfg: RunConfig) -> LoopbackRayTaskRunner:
+    """The task runner ``vlmforge run`` gives ``run_release``: ``cfg.ray_address`` or a local loopback Ray."""
+    init_kwargs: dict[str, Any] = {}
+    if cfg.ray_address or os.environ.get("RAY_ADDRESS"):
+        # A driver on a loopback cluster must say so (its default node IP is the host's, not 127.0.0.1).
+        host = (cfg.ray_address or os.environ.get("RAY_ADDRESS", "")).removeprefix("ray://").split(":")[0]
+        if host in ("127.0.0.1", "localhost"):
+            init_kwargs["_node_ip_address"] = "127.0.0.1"
+    return LoopbackRayTaskRunner(address=cfg.ray_address, init_kwargs=init_kwargs, num_cpus=cfg.num_cpus)
+
+
+# --- refresh -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RefreshResult:
+    """What a refresh decided (with reasons) and the run of the changed subsets, if any."""
+
+    release: str
+    out: str
+    plan: RefreshPlan
+    unpublished: list[str] = field(default_factory=list)
+    summary: RunSummary | None = None
+    dry_run: bool = False
+
+    @property
+    def failed(self) -> list[str]:
+        return self.summary.failed if self.summary is not None else []
+
+
+def plan_release_refresh(
+    entries: Sequence[SubsetEntry],
+    out: str,
+    license_allow: Collection[str] = (),
+    *,
+    retry_unpublished: bool = False,
+) -> RefreshPlan:
+    """The refresh plan of ``entries`` against ``out``'s last run; disallowed published subsets come out."""
+    from vlmforge.tasks.refresh import plan_refresh, read_previous_catalog, split_by_license
+
+    kept, excluded = split_by_license(entries, license_allow)
+    previous = read_previous_catalog(OutputLayout(out))
+    plan = plan_refresh(kept, previous, retry_unpublished=retry_unpublished)
+    for subset, why in excluded:  # a subset whose license is no longer allowed comes out
+        if subset in previous:
+            plan.changes.append(SubsetChange(subset, "unpublish", (why,)))
+    return plan
+
+
+# Where the last run ran is not part of how it built its outputs: a refresh runs where it is told.
+_EXECUTION_OPTIONS = frozenset({"ray_address", "num_cpus"})
+
+
+def refresh_config(
+    release: str,
+    out: str,
+    subsets: Sequence[str],
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    license_allow: Sequence[str] = (),
+    overrides: Mapping[str, Any] | None = None,
+) -> RunConfig:
+    """A refresh's run options: the last run's (reruns are built like the rest), then ``overrides``."""
+    from vlmforge.tasks.refresh import last_run_options
+
+    fields = RunConfig.model_fields
+    options: dict[str, Any] = {
+        k: v for k, v in (last_run_options(out) or {}).items() if k in fields and k not in _EXECUTION_OPTIONS
+    }
+    options.update(overrides or {})
+    options.update(release=release, out=out, subsets=tuple(subsets))
+    if "storage_options" in fields:
+        options["storage_options"] = dict(storage_options or {})
+    if "license_allow" in fields:
+        options["license_allow"] = tuple(license_allow)
+    return RunConfig(**options)
+
+
+def refresh_markdown(result: RefreshResult) -> str:
+    verb = "would" if result.dry_run else "will"
+    lines = [
+        f"# vlmforge refresh of {result.out}",
+        "",
+        f"from `{result.release}`: {len(result.plan.rerun)} subsets {verb} rerun, "
+        f"{len(result.plan.unpublish)} {verb} be unpublished, {len(result.plan.unchanged)} unchanged",
+        "",
+        "| subset | action | why |",
+        "|---|---|---|",
+    ]
+    order = {"rerun": 0, "unpublish": 1, "unchanged": 2}
+    for c in sorted(result.plan.changes, key=lambda c: (order.get(c.action, 3), c.subset)):
+        lines.append(f"| {c.subset} | {c.action} | {_md('; '.join(c.reasons) or 'no upstream change')} |")
+    if result.summary is not None:
+        s = result.summary
+        lines += ["", f"rerun: run `{s.run_id}`, published {len(s.subsets) - len(s.failed)}/{len(s.subsets)}"]
+        if s.failed:
+            lines.append(f"held back: {', '.join(s.failed)}")
+    return "\n".join(lines) + "\n"
+
+
+@task(name="catalog", task_run_name="catalog {release}", retries=2, retry_delay_seconds=10)
+def catalog_task(
+    release: str, storage_options: dict[str, Any] | None = None, recipes: str | None = None
+) -> list[SubsetEntry]:
+    """Hashes, rows, license and sources of every subset (no media)."""
+    from vlmforge.tasks.catalog import catalog_release, recipe_fingerprints_from_dir
+
+    fingerprints = None
+    if recipes:  # every recipe of the folder; fingerprints of subsets the release lacks are ignored
+        fingerprints = recipe_fingerprints_from_dir(recipes, [p.stem for p in Path(recipes).glob("*.yaml")])
+    return catalog_release(release, storage_options=storage_options, recipe_fingerprints=fingerprints)
+
+
+@task(name="unpublish", task_run_name="unpublish {subset}")
+def unpublish_task(out: str, subset: str) -> bool:
+    from vlmforge.tasks.refresh import unpublish_subset
+
+    return unpublish_subset(OutputLayout(out), subset)
+
+
+@task(name="publish-metadataset", task_run_name="publish metadataset of {out}")
+def publish_metadataset_task(out: str) -> str | None:
+    from vlmforge.tasks.publish import publish_metadataset
+
+    return publish_metadataset(OutputLayout(out))
+
+
+@flow(name="vlmforge-refresh", flow_run_name="refresh {out} from {release}", log_prints=True)
+def refresh_release(
+    release: str,
+    out: str,
+    storage_options: dict[str, Any] | None = None,
+    recipes: str | None = None,
+    license_allow: list[str] | None = None,
+    retry_unpublished: bool = False,
+    dry_run: bool = False,
+    overrides: dict[str, Any] | None = None,
+) -> RefreshResult:
+    """Rerun only the subsets of ``release`` that changed since ``out``'s last run; unpublish removed ones.
+
+    The reruns use the last run's options (``runs/<run>.json``), updated by ``overrides``; ``license_allow``
+    (SPDX ids or globs) takes subsets under other licenses out. A Prefect artifact lists every decision.
+    """
+    from vlmforge.tasks.refresh import parse_license_allow
+
+    logger = get_run_logger()
+    allow = parse_license_allow(license_allow)
+    entries = catalog_task(release, storage_options, recipes)
+    plan = plan_release_refresh(entries, out, allow, retry_unpublished=retry_unpublished)
+    result = RefreshResult(release=release, out=out, plan=plan, dry_run=dry_run)
+    for line in plan.lines():
+        logger.info("%s", line)
+    if not dry_run:
+        for subset in plan.unpublish:
+            if unpublish_task(out, subset):
+                result.unpublished.append(subset)
+        if plan.rerun:
+            cfg = refresh_config(
+                release,
+                out,
+                plan.rerun,
+                storage_options=storage_options,
+                license_allow=allow,
+                overrides=overrides,
+            )
+            result.summary = run_release.with_options(task_runner=runner_for(cfg))(cfg)
+        publish_metadataset_task(out)
+    create_markdown_artifact(
+        key="vlmforge-refresh",
+        markdown=refresh_markdown(result),
+        description=f"what the refresh of {out} decided, and why",
+    )
+    return result
+
+
+# --- mix -----------------------------------------------------------------------------------------------
+
+
+@task(name="write-mix", task_run_name="write mix {name} of {out}")
+def write_mix_task(
+    out: str,
+    name: str,
+    weights: str | None,
+    by: str,
+    license_allow: list[str] | None,
+    max_tokens: int | None,
+    max_open_files: int,
+) -> MixPlan:
+    from vlmforge.tasks.mix import write_mix
+
+    return write_mix(
+        out,
+        name=name,
+        weights=weights,
+        by=by,  # type: ignore[arg-type]  # checked by plan_mix
+        license_allow=license_allow,
+        max_tokens=max_tokens,
+        max_open_files=max_open_files,
+    )
+
+
+def mix_markdown(plan: MixPlan) -> str:
+    lines = [
+        f"# vlmforge mix `{plan.name}`",
+        "",
+        f"`{plan.path}`: {len(plan.entries)} subsets, weights by {plan.by}"
+        + (f", max {plan.max_tokens:,} tokens" if plan.max_tokens else "")
+        + f"; at most {plan.open_files_per_worker} open files per loader worker",
+        "",
+        "| subset | license | weight | samples | tokens | blend weight | sample % | token % | epochs |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for e in plan.entries:
+        epochs = f"{e.epochs:.2f}" if e.epochs is not None else "-"
+        lines.append(
+            f"| {e.subset} | {e.license} | {e.weight:g} | {e.used_samples:,}/{e.samples:,}"
+            f" | {e.used_tokens:,} | {e.blend_weight:.4f} | {100 * e.sample_share:.2f}"
+            f" | {100 * e.token_share:.2f} | {epochs} |"
+        )
+    if plan.excluded:
+        lines += ["", "Left out:", ""] + [f"- {s}: {_md(why)}" for s, why in plan.excluded]
+    return "\n".join(lines) + "\n"
+
+
+@flow(name="vlmforge-mix", flow_run_name="mix {name} of {out}", log_prints=True)
+def mix_flow(
+    out: str,
+    name: str,
+    weights: str | None = None,
+    by: str = "tokens",
+    license_allow: list[str] | None = None,
+    max_tokens: str | None = None,
+    max_open_files: int = 512,
+) -> dict[str, Any]:
+    """``vlmforge mix`` as a flow: write ``OUT/energon/<name>.yaml`` over the published subsets."""
+    from vlmforge.tasks.mix import format_mix, parse_count
+
+    allow = [item.strip() for raw in license_allow or [] for item in raw.split(",") if item.strip()]
+    plan = write_mix_task(
+        out,
+        name,
+        weights,
+        by,
+        allow or None,
+        parse_count(max_tokens) if max_tokens is not None else None,
+        max_open_files,
+    )
+    get_run_logger().info("%s", format_mix(plan))
+    create_markdown_artifact(
+        key="vlmforge-mix", markdown=mix_markdown(plan), description=f"shares of mix {name} over {out}"
+    )
+    result: dict[str, Any] = plan.to_dict()
+    return result
+
+
+# --- validate ------------------------------------------------------------------------------------------
+
+
+def published_subsets(out: str) -> list[str]:
+    """Subsets with a published Energon dataset under ``OUT/energon``."""
+    from vlmforge.tasks.shards import MANIFEST_NAME
+
+    root = Path(OutputLayout(out).energon)
+    if not root.is_dir():
+        return []
+    return sorted(
+        p.name
+        for p in root.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST_NAME).is_file()
+    )
+
+
+@task(name="validate-subset", task_run_name="validate {subset} of {out}")
+def validate_subset_task(
+    out: str, subset: str, sample_limit: int | None, num_workers: int, checksums: bool | None
+) -> ValidationReport:
+    from vlmforge.tasks.validate import validate_subset
+
+    return validate_subset(
+        out, subset, sample_limit=sample_limit, num_workers=num_workers, checksums=checksums
+    )
+
+
+@task(name="validate-blends", task_run_name="validate blends of {out}")
+def validate_blends_task(out: str) -> list[ValidationReport]:
+    from vlmforge.tasks.validate import validate_blend
+
+    reports = []
+    for path in sorted(Path(OutputLayout(out).energon).glob("*.yaml")):
+        report = ValidationReport(path=path)
+        for problem in validate_blend(path):
+            report.add(problem)
+        reports.append(report)
+    return reports
+
+
+def validate_markdown(out: str, reports: Sequence[ValidationReport]) -> str:
+    failed = sum(not r.ok for r in reports)
+    lines = [
+        f"# vlmforge validate {out}",
+        "",
+        f"{len(reports) - failed} ok, {failed} failed",
+        "",
+        "| dataset | result | samples read / expected | problems |",
+        "|---|---|---|---|",
+    ]
+    for r in reports:
+        read = ", ".join(
+            f"{split} {r.counts.get(split, 0)}/{n}" for split, n in sorted(r.expected_counts.items())
+        )
+        problems = "; ".join(r.problems[:5]) + (
+            f" (+{len(r.problems) - 5} more)" if len(r.problems) > 5 else ""
+        )
+        lines.append(
+            f"| {r.subset or r.path.name} | {'ok' if r.ok else 'FAILED'} | {read or '-'} | {_md(problems)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+@flow(name="vlmforge-validate", flow_run_name="validate {out}", log_prints=True)
+def validate_flow(
+    out: str,
+    subsets: list[str] | None = None,
+    sample: int | None = None,
+    workers: int = 0,
+    checksums: bool | None = None,
+) -> dict[str, Any]:
+    """``vlmforge validate`` as a flow: load each dataset back through megatron-energon and the cooker.
+
+    The flow run fails (after publishing its artifact) when a dataset or blend does not match its manifests.
+    """
+    names = list(subsets or []) or published_subsets(out)
+    if not names:
+        raise OutputError(
+            f"{out!r} has no published Energon dataset under energon/: run `vlmforge run` first"
+        )
+    reports = [validate_subset_task(out, name, sample, workers, checksums) for name in names]
+    if not subsets:
+        reports += validate_blends_task(out)
+    create_markdown_artifact(
+        key="vlmforge-validate",
+        markdown=validate_markdown(out, reports),
+        description=f"megatron-energon read-back of {out} against its manifests",
+    )
+    failed = [r.subset or r.path.name for r in reports if not r.ok]
+    if failed:
+        raise OutputError(f"validation failed for {', '.join(failed)} (see the vlmforge-validate artifact)")
+    return {"out": out, "ok": [r.subset or r.path.name for r in reports], "failed": failed}
+
+
+# --- a Ray head as its own process ---------------------------------------------------------------------
+
+
+@dataclass
+class RayHead:
+    """A Ray head started by :func:`start_ray_head`; :meth:`stop` ends exactly its processes."""
+
+    address: str  # 127.0.0.1:<port>, for ray.init / RAY_ADDRESS / --ray-address
+    home: Path  # the HOME its processes see (holds ray_bootstrap_config.yaml)
+    temp_dir: Path  # Ray's session folder root (logs under session_latest/logs)
+    log: Path
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def logs(self) -> Path:
+        return self.temp_dir / "session_latest" / "logs"
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """SIGTERM the blocking ``ray start`` (it stops its node), then its own process group if needed."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # leftovers of this head only (its own session)
+        shutil.rmtree(self.home, ignore_errors=True)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def _ray_cli() -> list[str]:
+    exe = Path(sys.executable).with_name("ray")
+    return (
+        [str(exe)]
+        if exe.is_file()
+        else [sys.executable, "-c", "from ray.scripts.scripts import main; main()"]
+    )
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def start_ray_head(
+    *,
+    num_cpus: int | None = None,
+    object_store_memory: int = 256 * 1024**2,
+    env: Mapping[str, str] | None = None,
+    attempts: int = 3,
+    startup_timeout_s: float = 180.0,
+) -> RayHead:
+    """Start ``ray start --head --block`` on 127.0.0.1 (no dashboard, telemetry off) as its own process.
+
+    Ray gives a starting node 30 s to register (hard-coded); on a loaded machine that can run out, so a
+    failed start is retried on a fresh port. ``env`` adds to the environment its processes (and so the
+    tasks) see, e.g. ``PREFECT_API_URL``.
+    """
+    errors: list[str] = []
+    for _ in range(attempts):
+        port = _free_port()
+        home = Path(tempfile.mkdtemp(prefix="vlmforge-rayhead-home-"))
+        (home / "ray_bootstrap_config.yaml").write_text(RAY_BOOTSTRAP)
+        temp_dir = Path(tempfile.mkdtemp(prefix="vr-", dir="/tmp"))  # short: Ray's socket paths are limited
+        log = home / "ray-start.log"
+        cmd = [
+            *_ray_cli(),
+            "start",
+            "--head",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            f"--port={port}",
+            f"--num-cpus={num_cpus or os.cpu_count() or 1}",
+            f"--object-store-memory={object_store_memory}",
+            f"--temp-dir={temp_dir}",
+        ]
+        full_env = os.environ.copy() | QUIET_ENV | dict(env or {}) | {"HOME": str(home)}
+        full_env.pop("RAY_ADDRESS", None)
+        with open(log, "wb") as fh:
+            proc = subprocess.Popen(
+                cmd, env=full_env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        head = RayHead(f"127.0.0.1:{port}", home, temp_dir, log, proc)
+        deadline = time.monotonic() + startup_timeout_s
+        while proc.poll() is None and time.monotonic() < deadline:
+            if "Ray runtime started" in log.read_text(errors="replace") and _port_open(port):
+                return head
+            time.sleep(0.5)
+        errors.append(log.read_text(errors="replace")[-1500:])
+        head.stop()
+    raise RuntimeError(f"Ray head did not start in {attempts} attempts:\n" + "\n---\n".join(errors))
+
+
+@contextlib.contextmanager
+def ray_head(**kwargs: Any) -> Iterator[RayHead]:
+    """:func:`start_ray_head` for a ``with`` block."""
+    head = start_ray_head(**kwargs)
+    try:
+        yield head
+    finally:
+        head.stop()
