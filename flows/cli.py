@@ -36,6 +36,10 @@ Examples:
   vlmforge run ./Nemotron-Image-Training-v3 --out ./out --subset docvqa --subset chartqa_1
 
   vlmforge run ./release --out ./out --max-pixels 1003520 --max-num-images 10 --seq-len 16384
+
+  vlmforge run hf://datasets/TIGER-Lab/Mantis-Instruct --format mantis --config nlvr2 --out ./out
+
+  vlmforge run ./LLaVA-Video-178K --format llava_video --config 0_30_s_academic_v0_1 --out ./out
 """
 
 
@@ -43,6 +47,16 @@ Examples:
 def run(
     release: Annotated[str, typer.Argument(help="release folder or fsspec URL (one folder per subset)")],
     out: Annotated[str, typer.Option("--out", "-o", help="output folder")],
+    source_format: Annotated[
+        str,
+        typer.Option(
+            "--format", help="layout of RELEASE: nemotron | mantis | infovqa | llava_video (staged first)"
+        ),
+    ] = "nemotron",
+    config: Annotated[
+        list[str] | None,
+        typer.Option("--config", help="only this config of a --format source (repeatable; default: all)"),
+    ] = None,
     subset: Annotated[
         list[str] | None, typer.Option("--subset", help="only this subset (repeatable)")
     ] = None,
@@ -114,6 +128,8 @@ def run(
         cfg = RunConfig(
             release=release,
             out=out,
+            source_format=source_format,  # type: ignore[arg-type]
+            source_configs=tuple(config or ()),
             subsets=tuple(subset or ()),
             media_roots=tuple(media_root or ()),
             storage_options=parse_storage_options(storage_option),

@@ -36,6 +36,8 @@ Examples:
   vlmforge plan ./out --seq-len 16384 --pad-multiple 64
 
   vlmforge plan ./out --seq-len 8192 --mix --subset docvqa --subset chartqa_1
+
+  vlmforge plan ./out --seq-len 16384 --mix --balance visual --dp 8
 """
 
 STATS_EXAMPLES = """
@@ -174,6 +176,10 @@ def register(app: typer.Typer) -> None:
         subset: Annotated[
             list[str] | None, typer.Option("--subset", help="only this subset (repeatable)")
         ] = None,
+        balance: Annotated[
+            str, typer.Option(help="none | visual: even the visual-token (encoder) load of each step's packs")
+        ] = "none",
+        dp: Annotated[int, typer.Option("--dp", help="data-parallel ranks (one pack per rank per step)")] = 8,
         as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     ) -> None:
         """Pack the ok samples first-fit-decreasing into SEQ_LEN sequences; write the plan manifest."""
@@ -181,8 +187,18 @@ def register(app: typer.Typer) -> None:
 
         if seq_len <= 0 or pad_multiple <= 0:
             raise typer.BadParameter("--seq-len and --pad-multiple must be > 0")
+        if balance not in ("none", "visual"):
+            raise typer.BadParameter(f"--balance must be none or visual, got {balance!r}")
+        if dp <= 0:
+            raise typer.BadParameter("--dp must be > 0")
         r = build_plan(
-            out, seq_len, pad_multiple=pad_multiple, scope="mix" if mix else "subset", subsets=subset
+            out,
+            seq_len,
+            pad_multiple=pad_multiple,
+            scope="mix" if mix else "subset",
+            subsets=subset,
+            balance=balance,  # type: ignore[arg-type]
+            dp=dp,
         )
         if as_json:
             _emit_json(
@@ -199,6 +215,7 @@ def register(app: typer.Typer) -> None:
                     "padding_waste": r.padding_waste,
                     "tail_waste": r.tail_waste,
                     "groups": [g.__dict__ for g in r.groups],
+                    "balance": r.balance.__dict__ if r.balance else None,
                 }
             )
             return
@@ -221,6 +238,13 @@ def register(app: typer.Typer) -> None:
             console.print(
                 f"[yellow]{r.too_long:,} ok sample(s) longer than {seq_len:,} tokens are not in the "
                 "plan[/yellow] (run with --seq-len to drop or truncate them)"
+            )
+        if r.balance is not None:
+            b = r.balance
+            console.print(
+                f"encoder load (visual tokens) max/mean per step over {b.dp} ranks, {b.steps} full step(s): "
+                f"before {b.before_mean:.3f} (worst {b.before_max:.3f}), after {b.after_mean:.3f} "
+                f"(worst {b.after_max:.3f}); {b.swaps} sample exchange(s)"
             )
         console.print(f"plan written: {len(r.paths)} part(s) under {out.rstrip('/')}/manifests/plan/")
 
@@ -270,4 +294,22 @@ def register(app: typer.Typer) -> None:
         for s in report.subsets:
             h.add_row(s.subset, "  ".join(f"{k}: {v:,}" for k, v in sorted(s.images_per_sample.items())))
         console.print(h)
+        if report.stages:
+            st = Table(
+                title=f"stage times of run {report.stage_run} (wall seconds; per subset: summed over batches)"
+            )
+            for col in ("subset", "stage", "seconds", "items", "items/s", "MB/s", "batches", "skipped"):
+                st.add_column(col, justify="left" if col in ("subset", "stage") else "right", overflow="fold")
+            for r in report.stages:
+                st.add_row(
+                    r["subset"],
+                    r["stage"],
+                    f"{r['seconds']:.2f}",
+                    "" if r["items"] is None else f"{r['items']:,} {r['unit'] or ''}".strip(),
+                    "" if r["items_per_s"] is None else f"{r['items_per_s']:,.1f}",
+                    "" if r["mb_per_s"] is None else f"{r['mb_per_s']:,.1f}",
+                    "" if r["batches"] is None else str(r["batches"]),
+                    "" if r["skipped"] is None else str(r["skipped"]),
+                )
+            console.print(st)
         console.print(f"report: {report.html_path}")

@@ -20,13 +20,16 @@ from vlmforge.flows.runtime import LoopbackRayTaskRunner
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.records import SubsetEntry
 from vlmforge.tasks.build_batch import BatchStats, build_batch
-from vlmforge.tasks.catalog import catalog_release, recipe_fingerprint
+from vlmforge.tasks.catalog import catalog_release, recipe_fingerprint, release_revision
+from vlmforge.tasks.errors import ReleaseError
 from vlmforge.tasks.fetch import find_recipe
 from vlmforge.tasks.gate import GateResult, ShardsGateFailed, gate_subset, load_overrides, shards_check
 from vlmforge.tasks.manifests import OutputLayout, remove_parts_from
 from vlmforge.tasks.publish import PublishResult, publish_metadataset, publish_subset
 from vlmforge.tasks.quality import build_data_docs, load_run, quality_markdown, record_gate, record_run
 from vlmforge.tasks.refresh import catalog_columns, read_previous_catalog, split_by_license, write_subsets_row
+from vlmforge.tasks.sources import StagedRelease, stage_source
+from vlmforge.tasks.stats import RUN_WIDE, StageTime, batch_stage_times, write_stage_times
 from vlmforge.tasks.storage import ContentStore, atomic_write_bytes
 from vlmforge.tasks.validate import validate_subset
 
@@ -176,6 +179,45 @@ def _catalog(cfg: RunConfig) -> list[SubsetEntry]:
     return entries
 
 
+def _stage_source(cfg: RunConfig) -> tuple[RunConfig, StagedRelease | None]:
+    """With ``--format`` other than nemotron: stage the source as a Nemotron-layout release under
+    ``OUT/staging/<format>/`` (media into the store) and return the config the rest of the run uses."""
+    if cfg.source_format == "nemotron":
+        if cfg.source_configs:
+            raise ReleaseError("--config selects configs of a staged source: give --format too")
+        return cfg, None
+    staged = stage_source(
+        cfg.release,
+        cfg.source_format,
+        cfg.out,
+        cfg.store_url,
+        configs=cfg.source_configs,
+        storage_options=cfg.storage_options,
+    )
+    unknown = sorted(set(cfg.subsets) - set(staged.subsets))
+    if unknown:
+        raise ReleaseError(
+            f"subset(s) {', '.join(unknown)} not staged from {cfg.release!r}; "
+            f"staged: {', '.join(staged.subsets)}"
+        )
+    work = cfg.model_copy(
+        update={
+            "release": staged.root,
+            "storage_options": {},
+            "subsets": cfg.subsets or tuple(staged.subsets),
+        }
+    )
+    return work, staged
+
+
+def _as_released(entries: list[SubsetEntry], cfg: RunConfig) -> list[SubsetEntry]:
+    """Entries of a staged release name the source as given (release, revision), not the staging folder."""
+    import dataclasses
+
+    revision = release_revision(cfg.release)
+    return [dataclasses.replace(e, release=cfg.release, revision=revision or e.revision) for e in entries]
+
+
 def _with_recipe_fingerprint(entry: SubsetEntry, cfg: RunConfig) -> SubsetEntry:
     import dataclasses
 
@@ -230,12 +272,36 @@ def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
     """Turn the release ``cfg.release`` into manifests and Energon datasets under ``cfg.out``."""
     logger = get_run_logger()
     t0 = time.perf_counter()
+    started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     run_id = run_id or time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
     layout = OutputLayout(cfg.out)
+    times: list[StageTime] = []
     swept = ContentStore(cfg.store_url).sweep_incoming()
     if swept:
         logger.info("store: removed %d partial downloads of killed runs", swept)
+    given = cfg  # recorded with the run; ``cfg`` below reads the staged release when there is one
+    tick = time.perf_counter()
+    cfg, staged = _stage_source(given)
+    if staged is not None:
+        for st in staged.stats:
+            times.append(
+                StageTime(
+                    st.subset,
+                    "staging",
+                    st.seconds,
+                    st.rows,
+                    "rows",
+                    st.bytes_stored + st.archive_bytes_read,
+                    None,
+                    int(st.skipped),
+                )  # fmt: skip
+            )
+            logger.info("staging %s: %s", st.subset, "current, skipped" if st.skipped else st)
+        times.append(StageTime(RUN_WIDE, "staging", time.perf_counter() - tick, len(staged.stats), "subsets"))
+    tick = time.perf_counter()
     entries = _catalog(cfg)
+    if staged is not None:
+        entries = _as_released(entries, given)
     entries, excluded = split_by_license(entries, cfg.license_allow)
     for subset, why in excluded:
         logger.warning("skipping %s: %s", subset, why)
@@ -247,8 +313,15 @@ def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
     record_run(
         layout, run_id, subsets=[e.subset for e in entries], skip_gate=cfg.skip_gate, overrides=overrides
     )
+    times.append(StageTime(RUN_WIDE, "catalog", time.perf_counter() - tick, len(entries), "subsets"))
 
+    tick = time.perf_counter()
     totals = _run_batches(entries, cfg)
+    lines = sum(t.lines for t in totals.values() if isinstance(t, BatchStats))
+    times.append(StageTime(RUN_WIDE, "batches", time.perf_counter() - tick, lines, "rows"))
+    for subset, res in totals.items():
+        if isinstance(res, BatchStats):
+            times.extend(batch_stage_times(subset, res))
     summary = RunSummary(run_id=run_id, out=cfg.out)
     to_gate: list[tuple[SubsetEntry, SubsetOutcome]] = []
     for e in entries:
@@ -260,6 +333,7 @@ def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
             continue
         to_gate.append((e, outcome))
 
+    tick = time.perf_counter()
     to_publish: list[tuple[SubsetEntry, SubsetOutcome]] = []
     gates = [] if cfg.skip_gate else [(e, o, gate_task.submit(cfg, e, run_id)) for e, o in to_gate]
     progress.stage("gate", len(gates))
@@ -286,6 +360,8 @@ def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
         else:
             ready.append((e, o))
 
+    times.append(StageTime(RUN_WIDE, "gate", time.perf_counter() - tick, len(to_gate), "subsets"))
+    tick = time.perf_counter()
     publishing = [(o, publish_task.submit(cfg, e.subset, run_id)) for e, o in ready]
     progress.stage("publish", len(publishing))
     for o, pfut in publishing:
@@ -300,6 +376,9 @@ def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
         finally:
             progress.advance("publish")
         o.published, o.shards = True, pub.shards
+    published = sum(o.published for o in summary.subsets)
+    times.append(StageTime(RUN_WIDE, "publish", time.perf_counter() - tick, published, "subsets"))
+    tick = time.perf_counter()
     checks = [(o, validate_task.submit(cfg.out, o.subset)) for o in summary.subsets if o.published]
     progress.stage("validate", len(checks))
     for o, vfut in checks:
@@ -310,6 +389,7 @@ def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
         progress.advance("validate")
         if o.validation != "ok":
             logger.warning("validation of %s: %s", o.subset, o.validation)
+    times.append(StageTime(RUN_WIDE, "validate", time.perf_counter() - tick, len(checks), "subsets"))
     publish_metadataset(layout)
     by_name = {e.subset: e for e in entries}
     for o in summary.subsets:
@@ -318,10 +398,18 @@ def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
         write_subsets_row(layout, row)
 
     summary.seconds = time.perf_counter() - t0
+    times.append(
+        StageTime(RUN_WIDE, "run", summary.seconds, sum(o.stats.lines for o in summary.subsets), "rows")
+    )
+    write_stage_times(
+        cfg.out, run_id, times, started_at=started_at, source_format=given.source_format
+    )  # before the run record: a run with a record has its stage times
     atomic_write_bytes(
         layout.fs,
         f"{layout.root}/runs/{run_id}.json",
-        json.dumps({"config": cfg.redacted(), "summary": summary.to_dict()}, indent=1, default=str).encode(),
+        json.dumps(
+            {"config": given.redacted(), "summary": summary.to_dict()}, indent=1, default=str
+        ).encode(),
     )
     create_markdown_artifact(
         key="vlmforge-run-summary",

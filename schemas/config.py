@@ -19,6 +19,9 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     release: str = Field(description="release folder or fsspec URL")
+    # Layout of the release: the Nemotron one, or a public set staged first (tasks/sources.py).
+    source_format: Literal["nemotron", "mantis", "infovqa", "llava_video"] = "nemotron"
+    source_configs: tuple[str, ...] = ()  # --config: configs of a staged source (empty: every config)
     out: str = Field(description="output folder")
     subsets: tuple[str, ...] = ()  # empty: every subset of the release
     media_roots: tuple[str, ...] = ()
@@ -31,6 +34,8 @@ class RunConfig(BaseModel):
     catalogs: tuple[str, ...] = ()
     fetch_concurrency: int = Field(default=16, gt=0)
     fetch_per_host: int = Field(default=8, gt=0)
+    # Wall-clock bound of one batch's fetches: what is unfinished then ends as `timeout` (retried next run).
+    fetch_batch_timeout: float | None = Field(default=3600.0, gt=0)
     model: str = "qwen2_5_vl"
     model_dir: str | None = None  # a local model folder whose preprocessor_config.json overrides the preset
     tokenizer: str | None = None  # tokenizer.json or a model folder; None: the preset's built-in tokenizer
@@ -61,7 +66,13 @@ class RunConfig(BaseModel):
     num_cpus: int | None = Field(default=None, gt=0)
 
     @field_validator(
-        "subsets", "media_roots", "license_allow", "allowed_url_schemes", "catalogs", mode="before"
+        "subsets",
+        "media_roots",
+        "license_allow",
+        "allowed_url_schemes",
+        "catalogs",
+        "source_configs",
+        mode="before",
     )
     @classmethod
     def _tuple(cls, v: object) -> object:

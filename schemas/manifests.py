@@ -150,6 +150,30 @@ PLAN = pa.schema(
         pa.field("pack_offset", pa.int64(), nullable=False),  # first token of the sample in its pack (padded)
         pa.field("scope", pa.string(), nullable=False),  # subset | mix
         pa.field("seq_len", pa.int64(), nullable=False),
+        # Added columns: encoder balance (``vlmforge plan --balance visual``; null without it).
+        pa.field("visual_tokens", pa.int64()),  # visual tokens of the sample
+        pa.field("step", pa.int64()),  # training step of the pack (packs step*dp .. step*dp+dp-1)
+        pa.field("rank", pa.int32()),  # data-parallel rank that gets the pack at that step
+    ]
+)
+
+# One row per stage of a run (and per subset where a stage works per subset): wall time and throughput.
+# Partitioned like the other tables; run-wide stages use subset ``_run``. MANIFEST BREAKING CHANGE rule.
+RUNS = pa.schema(
+    [
+        pa.field("subset", pa.string(), nullable=False),  # a subset, or _run for run-wide stages
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("stage", pa.string(), nullable=False),  # staging | catalog | batches | parse | media | ...
+        pa.field("started_at", pa.string()),  # UTC ISO time the run started
+        pa.field("seconds", pa.float64(), nullable=False),  # wall time (summed over batches per subset)
+        pa.field("items", pa.int64()),  # rows, media references, samples... (see unit)
+        pa.field("unit", pa.string()),
+        pa.field("bytes", pa.int64()),  # bytes read or written by the stage, when known
+        pa.field("items_per_s", pa.float64()),
+        pa.field("mb_per_s", pa.float64()),
+        pa.field("batches", pa.int64()),  # batches run (batches / sub-stages)
+        pa.field("skipped", pa.int64()),  # batches (or staged subsets) that were current and skipped
+        pa.field("source_format", pa.string()),
     ]
 )
 
@@ -159,6 +183,7 @@ TABLES: Final[dict[str, pa.Schema]] = {
     "subsets": SUBSETS,
     "shards": SHARDS,
     "plan": PLAN,
+    "runs": RUNS,
 }
 
 

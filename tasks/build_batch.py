@@ -41,6 +41,7 @@ from vlmforge.tasks.parse import parse_batch
 from vlmforge.tasks.resolve import MediaResolver, MissingMedia
 from vlmforge.tasks.seq_len import apply_seq_len
 from vlmforge.tasks.shards import sanitize_key, split_for_key
+from vlmforge.tasks.sources import is_store_ref, read_store_ref
 from vlmforge.tasks.storage import ContentStore, sha256_bytes, url_to_fs
 from vlmforge.tasks.tokens import (
     AspectRatioError,
@@ -75,6 +76,14 @@ class BatchStats:
     seconds: float = 0.0
     batches: int = 0
     skipped_batches: int = 0
+    # Per-stage wall time inside the batches run (not skipped) by this run, for the ``runs`` table.
+    setup_seconds: float = 0.0  # model preset, tokenizer, reading the batch's JSONL bytes
+    parse_seconds: float = 0.0
+    media_seconds: float = 0.0  # resolve / fetch, verify, resize, store
+    tokens_seconds: float = 0.0  # token counts and knobs
+    write_seconds: float = 0.0  # manifest parts
+    media_refs: int = 0  # distinct references processed
+    media_bytes: int = 0  # upstream bytes of those references
 
     def __add__(self, other: BatchStats) -> BatchStats:
         return BatchStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
@@ -82,6 +91,17 @@ class BatchStats:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BatchStats:
         return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+
+
+_RUN_ONLY = (
+    "setup_seconds",
+    "parse_seconds",
+    "media_seconds",
+    "tokens_seconds",
+    "write_seconds",
+    "media_refs",
+    "media_bytes",
+)
 
 
 @lru_cache(maxsize=4)
@@ -113,6 +133,8 @@ def batch_is_current(
         return None
     stats = BatchStats.from_dict(json.loads(meta.get(STATS_KEY, b"{}")))
     stats.skipped_batches = 1
+    for name in _RUN_ONLY:  # work done by an earlier run is not this run's
+        setattr(stats, name, 0 if isinstance(getattr(stats, name), int) else 0.0)
     return stats
 
 
@@ -142,6 +164,8 @@ class _MediaStage:
         self.recipe = recipe if recipe is not None and recipe.remote else None
         self.fetched: dict[str, FetchOutcome] = {}
         self.fetch_stats = FetchStats()
+        # A staged source layout (--format): its references ``store/<sha256>/<name>`` name store objects.
+        self.staged = cfg.source_format != "nemotron"
 
     def prefetch(self, refs: list[str]) -> None:
         """Fetch the batch's references (each distinct upstream object once, into the store)."""
@@ -150,7 +174,9 @@ class _MediaStage:
         from vlmforge.tasks.fetch import fetch_batch
 
         options = FetchOptions(
-            concurrency=self.cfg.fetch_concurrency, http=HttpOptions(per_host=self.cfg.fetch_per_host)
+            concurrency=self.cfg.fetch_concurrency,
+            http=HttpOptions(per_host=self.cfg.fetch_per_host),
+            batch_timeout=self.cfg.fetch_batch_timeout,
         )
         context = FetchContext(self.entry.path, self.entry.media_tars, self.cfg.media_roots)
         result = fetch_batch(sorted(set(refs)), self.recipe, self.store, context=context, options=options)
@@ -181,8 +207,18 @@ class _MediaStage:
 
     def _process(self, ref: MediaRef) -> _MediaOutcome:
         row = empty_row(MEDIA) | {"ref": ref.ref, "kind": ref.kind}
+        staged = read_store_ref(self.store, ref.ref) if self.staged else None
         fetched = self.fetched.get(ref.ref)
-        if fetched is not None:
+        if staged is not None:  # a media object a source layout staged into the store (tasks/sources.py)
+            data = staged
+            row["source"] = "store"
+        elif self.staged and is_store_ref(ref.ref):
+            row |= {
+                "status": "rejected",
+                "reason": "missing_media: not in the content store (rerun to restage)",
+            }
+            return _MediaOutcome(row, False, f"missing_media: {ref.ref}")
+        elif fetched is not None:
             row |= outcome_columns(fetched) | {"source": fetched.source}
             if not fetched.ok:
                 row |= {"status": "rejected", "reason": f"fetch_failed: {fetched.reason()}"}
@@ -345,6 +381,7 @@ def build_batch(entry: SubsetEntry, index: int, cfg: RunConfig, *, force: bool =
         data = f.read(end - start)
     first_line = index * cfg.batch_lines + 1
     last_line = first_line + cfg.batch_lines - 1
+    t_parse = time.perf_counter()
     items = parse_batch(
         data,
         first_line,
@@ -353,13 +390,16 @@ def build_batch(entry: SubsetEntry, index: int, cfg: RunConfig, *, force: bool =
         conflicts=entry.conflicts_in(first_line, last_line),
         subset=entry.subset,
     )
+    t_media = time.perf_counter()
     media.prefetch([m.ref for it in items if isinstance(it, Record) for m in it.media])
+    media_s = time.perf_counter() - t_media
+    tokens_s = 0.0
 
     sample_rows: list[dict[str, Any]] = []
     media_rows: list[dict[str, Any]] = []
     records: list[tuple[int, str]] = []
     keys_seen: dict[str, int] = {}
-    stats = BatchStats(batches=1)
+    stats = BatchStats(batches=1, setup_seconds=t_parse - t0, parse_seconds=t_media - t_parse)
     for item in items:
         stats.lines += 1
         row = empty_row(SAMPLES) | {"subset": entry.subset, "line": item.line, "n_images": 0, "n_videos": 0}
@@ -382,7 +422,10 @@ def build_batch(entry: SubsetEntry, index: int, cfg: RunConfig, *, force: bool =
             sample_rows.append(row)
             stats.dropped += 1
             continue
+        t_item = time.perf_counter()
         outcomes = [media.process(m) for m in item.media]
+        t_tokens = time.perf_counter()
+        media_s += t_tokens - t_item
         this_media = []
         for m, o in zip(item.media, outcomes, strict=True):
             mrow = dict(o.row) | {"subset": entry.subset, "sample_id": item.sample_id, "line": item.line}
@@ -396,6 +439,7 @@ def build_batch(entry: SubsetEntry, index: int, cfg: RunConfig, *, force: bool =
             stats.rejected += 1
             stats.media_rejected += sum(1 for o in outcomes if not o.ok)
             continue
+        t_tokens = time.perf_counter()
         image_sizes = [o.out_hw for o in outcomes if o.out_hw is not None]
         videos = [o.video for o in outcomes if o.video is not None]
         try:
@@ -440,6 +484,7 @@ def build_batch(entry: SubsetEntry, index: int, cfg: RunConfig, *, force: bool =
             sample_rows.append(row)
             stats.dropped += 1
             continue
+        tokens_s += time.perf_counter() - t_tokens
         counts = _Counts(fit.text_tokens, tokens.visual_tokens, fit.total_tokens, fit.truncated_tokens)
         if fit.truncated_tokens:
             row |= {
@@ -470,7 +515,10 @@ def build_batch(entry: SubsetEntry, index: int, cfg: RunConfig, *, force: bool =
     stats.fetched = media.fetch_stats.fetched
     stats.fetch_failed = media.fetch_stats.failed
     stats.fetch_bytes = media.fetch_stats.bytes_fetched
-    stats.seconds = time.perf_counter() - t0
+    stats.media_seconds, stats.tokens_seconds = media_s, tokens_s
+    stats.media_refs = len(media._cache)
+    stats.media_bytes = sum(o.row.get("bytes") or 0 for o in media._cache.values())
+    t_write = time.perf_counter()
 
     fp = batch_fingerprint(entry, index, cfg)
     if media.transient_failures:
@@ -478,6 +526,8 @@ def build_batch(entry: SubsetEntry, index: int, cfg: RunConfig, *, force: bool =
         fp += ":retry"
     write_part(layout, "media", entry.subset, index, media_rows, fingerprint=fp)
     write_records_part(layout, entry.subset, index, records, fp)
+    stats.write_seconds = time.perf_counter() - t_write
+    stats.seconds = time.perf_counter() - t0
     # Written last: its fingerprint marks the batch complete.
     write_part(layout, "samples", entry.subset, index, sample_rows, fingerprint=fp, stats=asdict(stats))
     return stats

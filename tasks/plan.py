@@ -33,7 +33,10 @@ from vlmforge.tasks.storage import atomic_write_bytes
 
 __all__ = [
     "PLAN",
+    "BalanceReport",
     "GroupPlan",
+    "balance_visual",
+    "encoder_load_ratio",
     "PlanResult",
     "build_plan",
     "first_fit_decreasing",
@@ -43,6 +46,7 @@ __all__ = [
 ]
 
 Scope = Literal["subset", "mix"]
+Balance = Literal["none", "visual"]
 
 _META_KEY = b"vlmforge.plan"
 _BLOCK = 1024  # packs per block of the room index
@@ -151,6 +155,109 @@ class GroupPlan:
 
 
 @dataclass
+class BalanceReport:
+    """Encoder (visual-token) load per training step across ``dp`` data-parallel ranks, one pack per rank per
+    step: the max/mean ratio of the ranks' loads, averaged over the full steps, and the worst step."""
+
+    dp: int
+    steps: int = 0  # full steps (dp packs each) measured
+    before_mean: float = 1.0
+    before_max: float = 1.0
+    after_mean: float = 1.0
+    after_max: float = 1.0
+    swaps: int = 0  # samples exchanged between packs of a step to even it
+
+
+def encoder_load_ratio(loads: np.ndarray, dp: int) -> tuple[float, float, int]:
+    """(mean, max) over full steps of max/mean visual load across the ``dp`` packs of each step, and the
+    number of full steps; packs are in step order (pack i goes to step i // dp, rank i % dp)."""
+    steps = loads.size // dp
+    if steps == 0:
+        return 1.0, 1.0, 0
+    per = loads[: steps * dp].reshape(steps, dp).astype(np.float64)
+    mean = per.mean(axis=1)
+    ratio = np.where(mean > 0, per.max(axis=1) / np.where(mean > 0, mean, 1), 1.0)
+    return float(ratio.mean()), float(ratio.max()), steps
+
+
+def balance_visual(
+    tokens: np.ndarray, visual: np.ndarray, packs: np.ndarray, seq_len: int, dp: int, *, rounds: int = 8
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Re-form FFD packs (ids 0..n-1, -1 for unplanned) so the packs of each step carry even visual load.
+
+    Packs are ordered by visual load and cut into steps of ``dp`` (similar loads side by side), then within
+    each step samples are exchanged between its heaviest and lightest pack while the exchange lowers the
+    heavier one's load and both packs still fit ``seq_len`` (``tokens`` are the padded lengths). Steps are
+    finally put in a fixed pseudo-random order so heavy steps do not come first. Returns (new pack id of
+    every sample, step of every sample, rank of every sample, exchanges made); pack id = step * dp + rank.
+    """
+    n_packs = int(packs.max()) + 1 if packs.size and packs.max() >= 0 else 0
+    new_pack = np.full(packs.shape, -1, dtype=np.int64)
+    step_of = np.full(packs.shape, -1, dtype=np.int64)
+    rank_of = np.full(packs.shape, -1, dtype=np.int64)
+    if n_packs == 0:
+        return new_pack, step_of, rank_of, 0
+    members: list[list[int]] = [[] for _ in range(n_packs)]
+    for i, p in enumerate(packs.tolist()):
+        if p >= 0:
+            members[p].append(i)
+    load = np.array([int(visual[m].sum()) for m in members], dtype=np.int64)
+    used = np.array([int(tokens[m].sum()) for m in members], dtype=np.int64)
+    order = sorted(range(n_packs), key=lambda p: (-int(load[p]), p))
+    steps = [order[k : k + dp] for k in range(0, n_packs, dp)]
+    swaps = 0
+    for step in steps:
+        for _ in range(rounds * len(step)):
+            hi = max(step, key=lambda p: (int(load[p]), -p))
+            lo = min(step, key=lambda p: (int(load[p]), p))
+            gap = int(load[hi] - load[lo])
+            if gap <= 0:
+                break
+            best: tuple[int, int, int] | None = (
+                None  # (new max of the pair, sample of hi, sample of lo or -1)
+            )
+            for a in members[hi]:
+                # move a alone, or exchange it with b: delta = visual[a] - visual[b] must be in (0, gap)
+                cands = [(-1, 0, 0)] + [(b, int(visual[b]), int(tokens[b])) for b in members[lo]]
+                for b, vb, tb in cands:
+                    delta = int(visual[a]) - vb
+                    if not 0 < delta < gap:
+                        continue
+                    if used[lo] - tb + int(tokens[a]) > seq_len or used[hi] - int(tokens[a]) + tb > seq_len:
+                        continue
+                    if b == -1 and len(members[hi]) == 1:
+                        continue  # never empty a pack
+                    pair_max = max(int(load[hi]) - delta, int(load[lo]) + delta)
+                    if best is None or pair_max < best[0]:
+                        best = (pair_max, a, b)
+            if best is None or best[0] >= int(load[hi]):
+                break
+            _, a, b = best
+            members[hi].remove(a)
+            members[lo].append(a)
+            moved_v, moved_t = int(visual[a]), int(tokens[a])
+            if b >= 0:
+                members[lo].remove(b)
+                members[hi].append(b)
+                moved_v -= int(visual[b])
+                moved_t -= int(tokens[b])
+            load[hi] -= moved_v
+            load[lo] += moved_v
+            used[hi] -= moved_t
+            used[lo] += moved_t
+            swaps += 1
+    full = len(steps) - (1 if n_packs % dp else 0)  # a partial step stays last: pack ids stay dense
+    order_steps = [*np.random.default_rng(0).permutation(full).tolist(), *range(full, len(steps))]
+    for new_step, old in enumerate(order_steps):
+        for rank, p in enumerate(sorted(steps[old], key=lambda q: (-int(load[q]), q))):
+            for i in members[p]:
+                new_pack[i] = new_step * dp + rank
+                step_of[i] = new_step
+                rank_of[i] = rank
+    return new_pack, step_of, rank_of, swaps
+
+
+@dataclass
 class PlanResult:
     out: str
     seq_len: int
@@ -158,6 +265,7 @@ class PlanResult:
     scope: Scope
     groups: list[GroupPlan] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
+    balance: BalanceReport | None = None  # with balance="visual"
 
     @property
     def samples(self) -> int:
@@ -204,7 +312,8 @@ def _read_ok_samples(out: str, subsets: Sequence[str] | None) -> pa.Table:
     con = connect(out)
     try:
         sql = (
-            "SELECT subset, sample_id, line, key, coalesce(split, 'train') AS split, total_tokens "
+            "SELECT subset, sample_id, line, key, coalesce(split, 'train') AS split, total_tokens, "
+            "coalesce(visual_tokens, 0) AS visual_tokens "
             "FROM samples WHERE status = 'ok'"
         )
         params: list[object] = []
@@ -225,11 +334,22 @@ def build_plan(
     pad_multiple: int = 1,
     scope: Scope = "subset",
     subsets: Sequence[str] | None = None,
+    balance: Balance = "none",
+    dp: int = 8,
 ) -> PlanResult:
     """Pack the ok samples of ``out`` (all subsets, or ``subsets``) and write the ``plan`` table.
 
+    With ``balance="visual"`` the packs of each group are re-formed so that each training step's ``dp``
+    packs (one per data-parallel rank) carry even visual-token load (:func:`balance_visual`); the result's
+    ``balance`` reports the max/mean encoder load ratio per step before and after, and the plan gets the
+    ``visual_tokens``, ``step`` and ``rank`` columns.
+
     The previous plan is replaced: every subset of this plan gets a new part, written atomically; parts of
     subsets left out of it are removed."""
+    if balance not in ("none", "visual"):
+        raise ConfigError(f"unknown balance {balance!r}; expected 'none' or 'visual'")
+    if dp <= 0:
+        raise ConfigError(f"--dp must be > 0, got {dp}")
     if seq_len <= 0:
         raise ConfigError(f"--seq-len must be > 0, got {seq_len}")
     if pad_multiple <= 0:
@@ -245,7 +365,13 @@ def build_plan(
     split_col = np.asarray(table.column("split").to_pylist(), dtype=object)
     tokens = table.column("total_tokens").to_numpy(zero_copy_only=False).astype(np.int64)
     padded = -(-tokens // pad_multiple) * pad_multiple
+    visual = table.column("visual_tokens").to_numpy(zero_copy_only=False).astype(np.int64)
     n = tokens.size
+    step = np.full(n, -1, dtype=np.int64)
+    rank = np.full(n, -1, dtype=np.int64)
+    report = BalanceReport(dp=dp) if balance == "visual" else None
+    before_ratios: list[tuple[float, float, int]] = []
+    after_ratios: list[tuple[float, float, int]] = []
     pack = np.full(n, -1, dtype=np.int64)
     index = np.full(n, -1, dtype=np.int64)
     offset = np.full(n, -1, dtype=np.int64)
@@ -259,6 +385,16 @@ def build_plan(
             group = GroupPlan(name=name, split=split)
             ids = first_fit_decreasing(padded[rows], seq_len)
             fits = ids >= 0
+            if report is not None:
+                n_group = int(ids.max()) + 1 if fits.any() else 0
+                loads = np.bincount(ids[fits], weights=visual[rows][fits], minlength=n_group)
+                before_ratios.append(encoder_load_ratio(loads, dp))
+                ids, st, rk, swaps = balance_visual(padded[rows], visual[rows], ids, seq_len, dp)
+                report.swaps += swaps
+                loads = np.bincount(ids[fits], weights=visual[rows][fits], minlength=n_group)
+                after_ratios.append(encoder_load_ratio(loads, dp))
+                step[rows] = np.where(fits, st + (next_pack // dp if dp else 0), -1)
+                rank[rows] = rk
             ids[fits] += next_pack
             idx, off = pack_stats(padded[rows], ids)
             pack[rows], index[rows], offset[rows] = ids, idx, off
@@ -268,7 +404,13 @@ def build_plan(
             group.tokens = int(tokens[rows][fits].sum())
             group.padded_tokens = int(padded[rows][fits].sum())
             next_pack += group.packs
+            if report is not None:  # every group starts on a step boundary
+                next_pack = -(-next_pack // dp) * dp
             result.groups.append(group)
+    if report is not None:
+        report.before_mean, report.before_max, report.steps = _weighted(before_ratios)
+        report.after_mean, report.after_max, _ = _weighted(after_ratios)
+        result.balance = report
     planned = pack >= 0
     full = pa.table(
         {
@@ -284,10 +426,22 @@ def build_plan(
             "pack_offset": pa.array(offset, pa.int64()),
             "scope": pa.array([scope] * n, pa.string()),
             "seq_len": pa.array(np.full(n, seq_len, dtype=np.int64), pa.int64()),
+            "visual_tokens": pa.array(visual if report is not None else [None] * n, pa.int64()),
+            "step": pa.array(step if report is not None else [None] * n, pa.int64()),
+            "rank": pa.array(rank.astype(np.int32) if report is not None else [None] * n, pa.int32()),
         }
     ).filter(pa.array(planned))
     result.paths = _write_plan(out, full.cast(PLAN), seq_len, pad_multiple, scope)
     return result
+
+
+def _weighted(ratios: list[tuple[float, float, int]]) -> tuple[float, float, int]:
+    """Mean (weighted by steps) and max of per-group (mean, max, steps) ratios, and the total steps."""
+    steps = sum(s for _, _, s in ratios)
+    if steps == 0:
+        return 1.0, 1.0, 0
+    mean = sum(m * s for m, _, s in ratios) / steps
+    return mean, max(x for _, x, s in ratios if s), steps
 
 
 def _write_plan(out: str, table: pa.Table, seq_len: int, pad_multiple: int, scope: Scope) -> list[str]:

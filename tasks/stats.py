@@ -62,11 +62,15 @@ class StatsReport:
     out: str
     subsets: list[SubsetStats]
     html_path: str | None = None
+    stage_run: str | None = None  # the run whose per-stage times ``stages`` holds (the latest one)
+    stages: list[dict[str, Any]] = field(default_factory=list)  # rows of the ``runs`` table
 
     def to_dict(self) -> dict[str, object]:
         return {
             "out": self.out,
             "html": self.html_path,
+            "stage_run": self.stage_run,
+            "stages": self.stages,
             "subsets": [
                 {
                     "subset": s.subset,
@@ -428,7 +432,24 @@ def render_html(report: StatsReport) -> str:
         '<h2>Image pixels before / after resize</h2><p class="note">One point per image (at most '
         f"{_SCATTER_POINTS:,} per subset, evenly spaced); red points were resized by the pipeline, points "
         "on the dashed diagonal were kept at their size.</p>"
-        f"{pixel_figs}</body></html>\n"
+        f"{pixel_figs}{_stages_html(report)}</body></html>\n"
+    )
+
+
+def _stages_html(report: StatsReport) -> str:
+    if not report.stages:
+        return ""
+    esc = html.escape
+    cols = ("subset", "stage", "seconds", "items", "unit", "items_per_s", "mb_per_s", "batches", "skipped")
+    head = "".join(f"<th>{c.replace('_', ' ')}</th>" for c in cols)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{esc('' if r.get(c) is None else str(r.get(c)))}</td>" for c in cols) + "</tr>"
+        for r in report.stages
+    )
+    return (
+        f'<h2>Stage times of run {esc(report.stage_run or "")}</h2><p class="note">Wall time per stage '
+        "(subset _run: the whole run; per subset: summed over its batches).</p>"
+        f"<table><tr>{head}</tr>{body}</table>"
     )
 
 
@@ -437,6 +458,8 @@ def write_stats_report(
 ) -> StatsReport:
     """Compute the statistics and write the HTML report (default ``OUT/reports/stats.html``, atomically)."""
     report = compute_stats(out, subsets)
+    report.stage_run, stages = read_stage_times(out)
+    report.stages = [r for r in stages if not subsets or r["subset"] in (RUN_WIDE, *subsets)]
     layout = OutputLayout(out)
     if html_path is None:
         target_fs, target = layout.fs, f"{layout.root}/reports/stats.html"
@@ -449,3 +472,123 @@ def write_stats_report(
     atomic_write_bytes(target_fs, target, render_html(report).encode("utf-8"))
     report.html_path = shown
     return report
+
+
+# --------------------------------------------------------------------------------------------------------
+# Per-stage wall time and throughput of runs (the ``runs`` manifest table)
+# --------------------------------------------------------------------------------------------------------
+
+RUN_WIDE = "_run"  # the subset value of run-wide stages
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """One row of the ``runs`` table."""
+
+    subset: str
+    stage: str
+    seconds: float
+    items: int | None = None
+    unit: str | None = None
+    bytes: int | None = None
+    batches: int | None = None
+    skipped: int | None = None
+
+    def row(self, run_id: str, started_at: str | None, source_format: str | None) -> dict[str, object]:
+        secs = max(self.seconds, 0.0)
+        return {
+            "subset": self.subset,
+            "run_id": run_id,
+            "stage": self.stage,
+            "started_at": started_at,
+            "seconds": round(secs, 6),
+            "items": self.items,
+            "unit": self.unit,
+            "bytes": self.bytes,
+            "items_per_s": round(self.items / secs, 3) if self.items is not None and secs > 0 else None,
+            "mb_per_s": round(self.bytes / secs / 1e6, 3) if self.bytes is not None and secs > 0 else None,
+            "batches": self.batches,
+            "skipped": self.skipped,
+            "source_format": source_format,
+        }
+
+
+def write_stage_times(
+    out: str,
+    run_id: str,
+    times: Sequence[StageTime],
+    *,
+    started_at: str | None = None,
+    source_format: str | None = None,
+) -> list[str]:
+    """Write one ``runs`` part per subset for run ``run_id``
+    (``manifests/runs/subset=<s>/part-<run>.parquet``, atomically); returns the paths."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from vlmforge.schemas.manifests import RUNS
+
+    layout = OutputLayout(out)
+    by_subset: dict[str, list[dict[str, object]]] = {}
+    for t in times:
+        by_subset.setdefault(t.subset, []).append(t.row(run_id, started_at, source_format))
+    paths = []
+    for subset, rows in sorted(by_subset.items()):
+        table = pa.Table.from_pylist(rows, schema=RUNS)
+        buf = io.BytesIO()
+        pq.write_table(table, buf, compression="zstd")
+        path = f"{layout.table_dir('runs', subset)}/part-{run_id}.parquet"
+        atomic_write_bytes(layout.fs, path, buf.getvalue())
+        paths.append(path)
+    return paths
+
+
+def batch_stage_times(subset: str, stats: Any) -> list[StageTime]:
+    """Per-subset sub-stage rows from a subset's merged :class:`~vlmforge.tasks.build_batch.BatchStats`."""
+    run = stats.batches - stats.skipped_batches
+    return [
+        StageTime(subset, "setup", stats.setup_seconds, None, None, None, run),
+        StageTime(subset, "parse", stats.parse_seconds, stats.lines if run else 0, "rows", None, run),
+        StageTime(subset, "media", stats.media_seconds, stats.media_refs, "media", stats.media_bytes, run),
+        StageTime(subset, "tokens", stats.tokens_seconds, stats.ok if run else 0, "samples", None, run),
+        StageTime(subset, "write", stats.write_seconds, stats.lines if run else 0, "rows", None, run),
+        StageTime(
+            subset,
+            "batches",
+            stats.setup_seconds
+            + stats.parse_seconds
+            + stats.media_seconds
+            + stats.tokens_seconds
+            + stats.write_seconds,
+            stats.lines,
+            "rows",
+            None,
+            stats.batches,
+            stats.skipped_batches,
+        ),
+    ]
+
+
+def read_stage_times(out: str, run_id: str | None = None) -> tuple[str | None, list[dict[str, Any]]]:
+    """(run id, rows of the ``runs`` table for it): the latest run when ``run_id`` is None."""
+    from vlmforge.tasks.query import connect
+
+    con = connect(out)
+    try:
+        if run_id is None:
+            latest = con.execute("SELECT max(run_id) FROM runs").fetchone()
+            run_id = latest[0] if latest else None
+        if run_id is None:
+            return None, []
+        table = con.execute(
+            "SELECT * FROM runs WHERE run_id = $run ORDER BY subset = '_run' DESC, subset, "
+            "list_position(['staging','catalog','batches','setup','parse','media','tokens','write','gate','publish',"
+            "'validate','run'], stage), stage",
+            {"run": run_id},
+        ).to_arrow_table()
+        rows: list[dict[str, Any]] = table.to_pylist() if table is not None else []
+    finally:
+        con.close()
+    return run_id, rows
