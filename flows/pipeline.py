@@ -106,26 +106,52 @@ def validate_task(out: str, subset: str) -> str:
     return "ok" if report.ok else "failed: " + "; ".join(report.problems[:5])
 
 
+def _window(cfg: RunConfig) -> int:
+    """Batches kept in flight: twice the cluster's CPUs, so every core stays busy while results drain and
+    the Prefect API and Ray's scheduler see a bounded number of task runs, never one per row."""
+    cpus = 0
+    try:
+        import ray
+
+        if ray.is_initialized():
+            cpus = int(ray.cluster_resources().get("CPU", 0))
+    except Exception:  # noqa: BLE001 - sizing is best effort; the configured CPUs are the fallback
+        cpus = 0
+    return max(2, 2 * (cpus or cfg.num_cpus or 2))
+
+
 def _run_batches(entries: list[SubsetEntry], cfg: RunConfig) -> dict[str, BatchStats | str]:
-    """Every batch of every subset, at most ``window`` in flight; a subset's error is kept, not raised."""
+    """Every batch of every subset through a sliding window (a finished batch makes room for the next, so
+    one slow batch never idles the cluster); a subset's error is kept, not raised."""
+    from prefect.futures import PrefectFuture, as_completed
+
     work = [(e, i) for e in entries for i in range(len(e.batch_offsets) - 1)]
-    window = max(2, 4 * (cfg.num_cpus or 2))
+    window = _window(cfg)
     totals: dict[str, BatchStats | str] = {e.subset: BatchStats() for e in entries}
     progress.stage("batches", len(work))
-    for start in range(0, len(work), window):
-        wave = work[start : start + window]
-        futures = [(e, build_batch_task.submit(e, i, len(e.batch_offsets) - 1, cfg)) for e, i in wave]
-        for e, fut in futures:
-            try:
-                res = fut.result()
-            except Exception as exc:  # noqa: BLE001 - one subset's failure must not stop the others
-                totals[e.subset] = f"batch failed: {type(exc).__name__}: {exc}"
-                continue
-            finally:
-                progress.advance("batches")
-            prev = totals[e.subset]
-            if isinstance(prev, BatchStats):
-                totals[e.subset] = prev + res
+    todo = iter(work)
+    pending: dict[PrefectFuture[BatchStats], SubsetEntry] = {}
+
+    def submit_next() -> None:
+        for e, i in todo:
+            pending[build_batch_task.submit(e, i, len(e.batch_offsets) - 1, cfg)] = e
+            return
+
+    for _ in range(window):
+        submit_next()
+    while pending:
+        fut = next(as_completed(list(pending)))
+        e = pending.pop(fut)
+        submit_next()
+        progress.advance("batches")
+        try:
+            res = fut.result()
+        except Exception as exc:  # noqa: BLE001 - one subset's failure must not stop the others
+            totals[e.subset] = f"batch failed: {type(exc).__name__}: {exc}"
+            continue
+        prev = totals[e.subset]
+        if isinstance(prev, BatchStats):
+            totals[e.subset] = prev + res
     return totals
 
 
