@@ -102,6 +102,12 @@ def run(
         str, typer.Option(help="drop | truncate (cut text after the last visual token, keep a target)")
     ] = "drop",
     min_image_side: Annotated[int, typer.Option(help="reject images with a shorter side (too_small)")] = 1,
+    video_mode: Annotated[
+        str, typer.Option(help="keep (video bytes, decoded in training) | frames (sampled frames as images)")
+    ] = "keep",
+    video_max_pixels: Annotated[
+        int | None, typer.Option(help="--video-mode frames: cap on each frame's pixels")
+    ] = None,
     max_image_pixels: Annotated[
         int, typer.Option(help="decompression-bomb limit, checked from the header")
     ] = 256_000_000,
@@ -151,6 +157,8 @@ def run(
             seq_len=seq_len,
             seq_len_mode=seq_len_mode,  # type: ignore[arg-type]
             min_image_side=min_image_side,
+            video_mode=video_mode,  # type: ignore[arg-type]
+            video_max_pixels=video_max_pixels,
             max_image_pixels=max_image_pixels,
             image_format=image_format,  # type: ignore[arg-type]
             val_fraction=val_fraction,

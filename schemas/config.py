@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # Bump when a change alters manifest or shard bytes for the same inputs and options; it is part of every
 # batch fingerprint, so a new code version redoes exactly the work whose outputs it changes.
-PIPELINE_VERSION = "2"
+PIPELINE_VERSION = "3"
 
 
 class RunConfig(BaseModel):
@@ -53,6 +53,10 @@ class RunConfig(BaseModel):
     max_image_pixels: int = Field(default=256_000_000, gt=0)  # decompression-bomb limit, from the header
     min_image_side: int = Field(default=1, ge=1)  # a shorter displayed side is a too_small reject
     video_timeout_s: float = Field(default=120.0, gt=0)
+    # keep: the video bytes go to the shard (decoded at training time, frames named by frame_indices);
+    # frames: the sampled frames are written as images at the model's frame size.
+    video_mode: Literal["keep", "frames"] = "keep"
+    video_max_pixels: int | None = Field(default=None, gt=0)  # per-frame cap of --video-mode frames
     # Output.
     batch_lines: int = Field(default=2000, gt=0)
     shard_max_bytes: int = Field(default=1_000_000_000, gt=0)
@@ -93,6 +97,8 @@ class RunConfig(BaseModel):
             "seq_len",
             "seq_len_mode",
             "min_image_side",
+            "video_mode",
+            "video_max_pixels",
             "allowed_url_schemes",
             "catalogs",
             "image_format",

@@ -72,6 +72,9 @@ MEDIA = pa.schema(
         pa.field("fetch_status", pa.string()),  # ok | a failure class (tasks/http.py FAILURE_CLASSES)
         pa.field("fetch_detail", pa.string()),  # what failed, readable
         pa.field("frame_indices", pa.list_(pa.int32())),  # video: the frames the token count assumes
+        # --video-mode frames: one stored image per sampled frame (out_sha256 names their list object).
+        pa.field("frame_sha256", pa.list_(pa.string())),
+        pa.field("frame_bytes", pa.list_(pa.int64())),
     ]
 )
 

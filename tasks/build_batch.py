@@ -51,6 +51,7 @@ from vlmforge.tasks.tokens import (
     sample_video_frames,
     smart_resize,
 )
+from vlmforge.tasks.video_frames import frame_part_names, model_frame_size, sample_frames
 
 VIDEO_EXTS = {"mp4", "mov", "webm", "mkv", "avi"}
 
@@ -266,6 +267,8 @@ class _MediaStage:
         return _MediaOutcome(row, True, None, out_hw=(res.out_height, res.out_width))
 
     def _video(self, row: dict[str, Any], ref: MediaRef, data: bytes) -> _MediaOutcome:
+        if self.cfg.video_mode == "frames":
+            return self._video_frames(row, ref, data)
         res = probe_video(data, choose_frames=self.choose_frames, timeout_s=self.cfg.video_timeout_s)
         row |= {
             "format": res.codec,
@@ -303,6 +306,49 @@ class _MediaStage:
         )
         return _MediaOutcome(row, True, None, video=spec)
 
+    def _video_frames(self, row: dict[str, Any], ref: MediaRef, data: bytes) -> _MediaOutcome:
+        """``--video-mode frames``: the sampled frames, upright, at the model's frame size, stored as images;
+        training reads them as they are (no video decode, no resize)."""
+        fmt = "jpeg" if self.cfg.image_format == "keep" else self.cfg.image_format
+        vf = sample_frames(
+            data,
+            choose_frames=self.choose_frames,
+            frame_size=model_frame_size(self.preset, video_max_pixels=self.cfg.video_max_pixels),
+            image_format=fmt,
+            timeout_s=self.cfg.video_timeout_s,
+        )
+        res = vf.video
+        row |= {"format": res.codec, "width": res.width, "height": res.height, "frames": res.frames}
+        row["fps"] = res.fps
+        if vf.status != "ok" or vf.ext is None:
+            detail = f" ({res.detail})" if res.detail else ""
+            row |= {"status": "rejected", "reason": f"{res.reason}{detail}"}
+            return _MediaOutcome(row, False, f"media_error: {ref.ref}: {res.reason}")
+        shas = [self.store.put(frame) for frame in vf.frames]
+        # The frame list is itself a stored object, so out_sha256 names one thing like every other row.
+        listing = json.dumps(shas, separators=(",", ":")).encode()
+        row |= {
+            "status": "ok",
+            "out_sha256": self.store.put(listing),
+            "out_bytes": sum(len(f) for f in vf.frames),
+            "out_ext": vf.ext,
+            "out_width": vf.width,
+            "out_height": vf.height,
+            "kept_original": False,
+            "sampled_frames": len(vf.frames),
+            "frame_indices": list(res.sampled_indices),
+            "frame_sha256": shas,
+            "frame_bytes": [len(f) for f in vf.frames],
+        }
+        spec = VideoSpec(
+            n_sampled_frames=len(vf.frames),
+            height=vf.height,
+            width=vf.width,
+            indices=list(res.sampled_indices),
+            video_fps=res.fps,
+        )
+        return _MediaOutcome(row, True, None, video=spec)
+
 
 @dataclass(frozen=True)
 class _Counts:
@@ -333,10 +379,15 @@ def _shard_record(
         for part in msg["content"]:
             if part["type"] in ("image", "video"):
                 r = next(rows)
+                names = (
+                    {"frames": frame_part_names(r["index"], len(r["frame_sha256"]), r["out_ext"])}
+                    if r.get("frame_sha256")
+                    else {"part": f"{r['index']}.{r['out_ext']}"}
+                )
                 part = {
                     "type": part["type"],
                     "index": r["index"],
-                    "part": f"{r['index']}.{r['out_ext']}",
+                    **names,
                     "ref": part["ref"],
                     "width": r["out_width"],
                     "height": r["out_height"],

@@ -45,20 +45,22 @@ class PublishResult:
     duplicates: int = 0
 
 
-def _media_index(layout: OutputLayout, subset: str) -> dict[tuple[int, int], tuple[str, int]]:
-    """(line, index) -> (out_sha256, out_bytes) of every stored media part of ``subset``."""
+def _media_index(layout: OutputLayout, subset: str) -> dict[tuple[int, int], list[tuple[str, int]]]:
+    """(line, index) -> [(sha256, bytes)] of the stored object(s) of every media part of ``subset``: one for
+    an image or a kept video, one per frame for ``--video-mode frames``."""
     media = read_table(layout, "media", subset)
-    return {
-        (ln, ix): (sha, size)
-        for ln, ix, sha, size in zip(
-            media["line"].to_pylist(),
-            media["index"].to_pylist(),
-            media["out_sha256"].to_pylist(),
-            media["out_bytes"].to_pylist(),
-            strict=True,
-        )
-        if sha and size is not None
-    }
+    columns = [media[c].to_pylist() for c in ("line", "index", "out_sha256", "out_bytes")]
+    if "frame_sha256" in media.column_names:
+        columns += [media["frame_sha256"].to_pylist(), media["frame_bytes"].to_pylist()]
+    else:
+        columns += [[None] * media.num_rows] * 2
+    index: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    for ln, ix, sha, size, frame_shas, frame_sizes in zip(*columns, strict=True):
+        if frame_shas:
+            index[(ln, ix)] = list(zip(frame_shas, frame_sizes, strict=True))
+        elif sha and size is not None:
+            index[(ln, ix)] = [(sha, size)]
+    return index
 
 
 def _shard_samples(
@@ -89,10 +91,12 @@ def _shard_samples(
         for msg in doc["messages"]:
             for part in msg["content"]:
                 if isinstance(part, dict) and part.get("type") in ("image", "video"):
-                    sha, size = media_index[(line, part["index"])]
-                    media.append(
-                        MediaPart(name=part["part"], size=size, sha256=sha, load=partial(store.get, sha))
-                    )
+                    names = part["frames"] if "frames" in part else [part["part"]]
+                    objects = media_index[(line, part["index"])]
+                    for name, (sha, size) in zip(names, objects, strict=True):
+                        media.append(
+                            MediaPart(name=name, size=size, sha256=sha, load=partial(store.get, sha))
+                        )
         yield ShardSample(key=key, split=split, json=doc, media=tuple(media))
 
 

@@ -33,6 +33,8 @@ from typing import Any
 
 import yaml
 
+from vlmforge.tasks.video_frames import frame_part_names
+
 __all__ = [
     "ValidationReport",
     "format_reports",
@@ -337,7 +339,12 @@ def _expected_from_manifests(layout: Any, subset: str) -> _Expected:
     for row in read_table(layout, "media", subset).to_pylist():
         key = line_key.get(row["line"])
         if key is not None and row["status"] == "ok":
-            parts[key].append((row["index"], f"{row['index']}.{row['out_ext']}"))
+            frames = row.get("frame_sha256")
+            if frames:  # --video-mode frames: one image part per sampled frame
+                names = frame_part_names(row["index"], len(frames), row["out_ext"])
+                parts[key] += [(row["index"], name) for name in names]
+            else:
+                parts[key].append((row["index"], f"{row['index']}.{row['out_ext']}"))
     shards = sorted(read_table(layout, "shards", subset).to_pylist(), key=lambda row: row["shard"])
     return _Expected(
         keys=keys,

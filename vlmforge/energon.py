@@ -7,7 +7,9 @@ A vlmforge sample is a *crude* WebDataset sample (``dataset.yaml`` = ``CrudeWebd
 
 * ``json``: the chat record (``{"id", "messages", ...}``); every typed media content part carries
   ``"part": "<n>.<ext>"`` naming the tar part that holds its bytes;
-* ``0.jpg``, ``1.png``, ``2.mp4``, ...: the media, numbered in order of appearance.
+* ``0.jpg``, ``1.png``, ``2.mp4``, ...: the media, numbered in order of appearance; a video written with
+  ``--video-mode frames`` is one image part per sampled frame (``2.0000.jpg``, ``2.0001.jpg``, ...) and its
+  content part lists them under ``"frames"`` instead of ``"part"``.
 
 :func:`cook_chat` turns such a sample into a :class:`ChatSample`; videos stay ``AVDecoder`` objects
 (decode what you need in your encoder). :func:`cook_chat_frames` also decodes every video into a ``uint8``
@@ -70,7 +72,8 @@ class ChatSample(Sample):
     #: Decoded images (``torch.float32`` ``(3, H, W)`` in [0, 1] with the default decoder), in part order.
     images: list
     #: Videos in part order: ``AVDecoder`` with the default decoder (raw bytes with ``decoder = None``);
-    #: ``uint8`` tensors ``(T, 3, H, W)`` from :func:`cook_chat_frames`.
+    #: ``uint8`` tensors ``(T, 3, H, W)`` from :func:`cook_chat_frames`. A video stored as frames is the
+    #: list of its decoded frame images (a ``uint8`` tensor with :func:`cook_chat_frames`).
     videos: list
     #: The json part (the original record).
     record: dict
@@ -117,6 +120,25 @@ def decode_video_frames(video: Any, part: dict | None = None) -> Any:
     return get_single_frames_uniform(decoder, n)
 
 
+def _frames_tensor(images: list[Any]) -> Any:
+    """Stored frames (``--video-mode frames``) as one ``uint8`` tensor ``(T, 3, H, W)``."""
+    import numpy as np
+    import torch
+
+    out = []
+    for img in images:
+        if isinstance(img, torch.Tensor):  # Energon's default decoder: float (3, H, W) in [0, 1]
+            out.append((img * 255).round().clamp(0, 255).to(torch.uint8) if img.is_floating_point() else img)
+            continue
+        if isinstance(img, bytes | bytearray | memoryview):  # decoder = None: raw encoded bytes
+            from PIL import Image
+
+            img = Image.open(io.BytesIO(bytes(img)))
+        arr = np.asarray(img.convert("RGB") if hasattr(img, "convert") else img)
+        out.append(torch.from_numpy(np.ascontiguousarray(arr)).permute(2, 0, 1))
+    return torch.stack(out)
+
+
 def _cook(sample: dict, frames: bool) -> ChatSample:
     raw_record: Any = sample["json"]
     if isinstance(raw_record, bytes | str):  # decoder = None keeps raw bytes
@@ -132,24 +154,37 @@ def _cook(sample: dict, frames: bool) -> ChatSample:
             raise ValueError(f"sample {sample.get('__key__')!r}: unsupported media part {name!r}")
 
     messages = copy.deepcopy(record.get("messages", []))
-    decoded: dict[str, Any] = {}
+    images: list[tuple[int, Any]] = []
+    videos: list[tuple[int, Any]] = []
     referenced: list[str] = []
     for message in messages:
         content = message.get("content") if isinstance(message, dict) else None
         if not isinstance(content, list):
             continue
         for item in content:
-            if not isinstance(item, dict) or "part" not in item:
+            if not isinstance(item, dict) or not ("part" in item or "frames" in item):
                 continue
-            name = item["part"]
-            if name not in sample or _part_index(name) is None:
-                raise ValueError(f"sample {sample.get('__key__')!r}: record references missing part {name!r}")
-            value = sample[name]
-            if frames and _extension(name) in AV_EXTENSIONS:
-                value = decoded[name] if name in decoded else decode_video_frames(value, item)
-            decoded[name] = value
-            item[str(item.get("type", "media"))] = value
-            referenced.append(name)
+            # A video stored as frames (``--video-mode frames``) names one image part per sampled frame.
+            names = item["frames"] if "frames" in item else [item["part"]]
+            for name in names:
+                if name not in sample or _part_index(name) is None:
+                    raise ValueError(
+                        f"sample {sample.get('__key__')!r}: record references missing part {name!r}"
+                    )
+            if "frames" in item:
+                stored = [sample[name] for name in names]
+                value = _frames_tensor(stored) if frames else stored
+            else:
+                value = sample[names[0]]
+                if frames and _extension(names[0]) in AV_EXTENSIONS:
+                    value = decode_video_frames(value, item)
+            kind = str(item.get("type", "media"))
+            item[kind] = value
+            order = _part_index(names[0]) or 0
+            (videos if kind == "video" or _extension(names[0]) in AV_EXTENSIONS else images).append(
+                (order, value)
+            )
+            referenced += names
     unreferenced = sorted(set(parts) - set(referenced))
     if unreferenced:
         raise ValueError(
@@ -159,8 +194,8 @@ def _cook(sample: dict, frames: bool) -> ChatSample:
     return ChatSample(
         **basic_sample_keys(sample),
         messages=messages,
-        images=[decoded[name] for name in parts if _extension(name) in IMAGE_EXTENSIONS],
-        videos=[decoded[name] for name in parts if _extension(name) in AV_EXTENSIONS],
+        images=[v for _i, v in sorted(images, key=lambda t: t[0])],
+        videos=[v for _i, v in sorted(videos, key=lambda t: t[0])],
         record=record,
         parts=parts,
     )
