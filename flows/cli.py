@@ -6,6 +6,7 @@ its traceback (set ``VLMFORGE_DEBUG=1`` to see tracebacks for our errors too).
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -180,6 +181,8 @@ def run(
     load_preset(cfg.model, cfg.model_dir)  # an unknown model fails before any service starts
     from vlmforge.flows.progress import terminal_progress
 
+    for name in ("prefect.flow_runs", "prefect.task_runs"):
+        logging.getLogger(name).addFilter(_OwnErrorsWithoutTraceback())
     runner = LoopbackRayTaskRunner(address=cfg.ray_address, num_cpus=cfg.num_cpus)
     with embedded_runtime(), terminal_progress():
         summary = run_release.with_options(task_runner=runner)(cfg)
@@ -187,6 +190,17 @@ def run(
     if summary.failed:
         err.print(f"[red]not published:[/red] {', '.join(summary.failed)} (see the gate column above)")
         raise typer.Exit(1)
+
+
+class _OwnErrorsWithoutTraceback(logging.Filter):
+    """Prefect logs a failed flow's traceback; for the project's own errors (disk full, bad input) the
+    one-line message the CLI prints is the whole story (``VLMFORGE_DEBUG=1`` keeps the traceback)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, VlmforgeError) and not os.environ.get("VLMFORGE_DEBUG"):
+            record.exc_info, record.exc_text = None, None
+        return True
 
 
 def print_summary(summary: object) -> None:

@@ -30,7 +30,7 @@ from vlmforge.tasks.quality import build_data_docs, load_run, quality_markdown, 
 from vlmforge.tasks.refresh import catalog_columns, read_previous_catalog, split_by_license, write_subsets_row
 from vlmforge.tasks.sources import StagedRelease, stage_source
 from vlmforge.tasks.stats import RUN_WIDE, StageTime, batch_stage_times, write_stage_times
-from vlmforge.tasks.storage import ContentStore, atomic_write_bytes
+from vlmforge.tasks.storage import ContentStore, OutputFullError, atomic_write_bytes
 from vlmforge.tasks.validate import validate_subset
 
 
@@ -67,8 +67,20 @@ class RunSummary:
         }
 
 
+def _not_disk_full(task: Any, task_run: Any, state: Any) -> bool:
+    """Retry a failed batch or publish unless the output volume is full (a retry would fail the same way)."""
+    try:
+        state.result()
+    except OutputFullError:
+        return False
+    except Exception:  # noqa: BLE001 - any other failure is worth a retry
+        return True
+    return True
+
+
 @task(
     name="build-batch",
+    retry_condition_fn=_not_disk_full,
     task_run_name="build {entry.subset} batch {index}/{n_batches}",
     retries=2,
     retry_delay_seconds=5,
@@ -84,7 +96,13 @@ def gate_task(cfg: RunConfig, entry: SubsetEntry, run_id: str) -> GateResult:
     return result
 
 
-@task(name="publish", task_run_name="publish {subset}", retries=1, retry_delay_seconds=5)
+@task(
+    name="publish",
+    task_run_name="publish {subset}",
+    retries=1,
+    retry_delay_seconds=5,
+    retry_condition_fn=_not_disk_full,
+)
 def publish_task(cfg: RunConfig, subset: str, run_id: str) -> PublishResult:
     layout = OutputLayout(cfg.out)
     # The shards suite checks the staged dataset before the swap (skipped with the rest of the gate).
@@ -147,6 +165,8 @@ def _run_batches(entries: list[SubsetEntry], cfg: RunConfig) -> dict[str, BatchS
         try:
             res = fut.result()
         except Exception as exc:  # noqa: BLE001 - one subset's failure must not stop the others
+            if isinstance(exc, OutputFullError):  # no other batch can succeed either: stop, resume later
+                raise
             totals[e.subset] = f"batch failed: {type(exc).__name__}: {exc}"
             continue
         prev = totals[e.subset]

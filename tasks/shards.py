@@ -49,6 +49,7 @@ import os
 import queue
 import re
 import shutil
+import signal
 import tarfile
 import tempfile
 import threading
@@ -60,6 +61,7 @@ from typing import Any, Literal
 import yaml
 
 from vlmforge.tasks.errors import ConfigError
+from vlmforge.tasks.storage import OutputFullError, no_space
 
 __all__ = [
     "DATASET_YAML",
@@ -369,8 +371,12 @@ class _TarOut:
         return self.offset, self.hasher.hexdigest()
 
     def abort(self) -> None:
+        """Drop the unfinished shard: it is not in the journal, so no resume would keep it, and after a full
+        disk its bytes would hold the space the rest of the run needs."""
         self.hasher.abort()
         self.handle.close()
+        with contextlib.suppress(OSError):
+            self.path.unlink()
 
 
 class _Journal:
@@ -659,19 +665,58 @@ def default_prepare_workers(n_tars: int) -> int:
     return max(1, min(n_tars, os.cpu_count() or 1, 8))
 
 
+@contextlib.contextmanager
+def _default_sigterm() -> Iterator[None]:
+    """SIGTERM with its default action while Energon's prepare runs (main thread only).
+
+    Prepare forks its workers and SIGTERMs them when it fails (e.g. on a full disk). A forked child inherits
+    the caller's handler; a Ray worker's raises ``SystemExit``, which, delivered while the child is still in
+    ``os.fork()``, sends the child back into the caller's own code as a second copy of the task, and the
+    parent then waits for it forever. With the default action a terminated child simply ends.
+    """
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is None or threading.current_thread() is not threading.main_thread():
+        yield  # a handler installed outside Python cannot be restored; other threads cannot set one
+        return
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _run_prepare(root: Path, tar_names: list[str], patterns: Sequence[tuple[str, str]], workers: int) -> None:
     from megatron.energon import BaseWebdatasetFactory
 
     try:
-        BaseWebdatasetFactory.prepare_dataset(
-            root, tar_names, split_parts_patterns=list(patterns), shuffle_seed=None, workers=workers
-        )
-    except SystemExit as exc:  # energon calls sys.exit(1) on duplicate keys
+        with _default_sigterm():
+            BaseWebdatasetFactory.prepare_dataset(
+                root, tar_names, split_parts_patterns=list(patterns), shuffle_seed=None, workers=workers
+            )
+    except OSError as exc:
+        full = no_space(exc, str(root))
+        if full is None:
+            raise
+        raise full from exc
+    except SystemExit as exc:  # energon calls sys.exit(1) on duplicate keys, and when a shard failed to index
+        if _nearly_full(root):  # the failure was the disk's (logged by energon), not the samples'
+            raise OutputFullError(
+                f"no space left on the output volume while megatron-energon indexed {root}: free space and "
+                "rerun the same command; committed work is kept and resumed"
+            ) from exc
         raise EnergonPrepareError(
             f"megatron-energon prepare exited with status {exc.code} for {root}"
         ) from exc
     except AssertionError as exc:  # e.g. "Shard X has no samples."
         raise EnergonPrepareError(f"megatron-energon prepare failed for {root}: {exc}") from exc
+
+
+def _nearly_full(path: Path, margin: int = 1 << 20) -> bool:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < margin
 
 
 def _psi_yaml(parallel_shard_iters: int) -> str:
@@ -681,11 +726,15 @@ def _psi_yaml(parallel_shard_iters: int) -> str:
 def _write_text_atomic(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide metadataset.yaml from a training job's user
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        full = no_space(exc, str(path))
+        if full is not None:
+            raise full from exc
         raise
 
 
@@ -828,13 +877,16 @@ def _build(
         for writer in writers.values():
             writer.close()
         syncer.drain()
-    except BaseException:
+    except BaseException as exc:
         for writer in writers.values():
             writer.abort()
         # finished shards still become durable and recorded (the next call resumes from them); the
         # original error is the one to report
         with contextlib.suppress(Exception):
             syncer.drain()
+        full = no_space(exc, str(root))
+        if full is not None:
+            raise full from exc
         raise
     if not seen:
         raise ValueError(f"subset {subset!r} has no samples; an Energon dataset needs at least one shard")

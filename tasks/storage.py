@@ -6,6 +6,8 @@ place, so a crash never leaves a partial file under a final name.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -21,11 +23,31 @@ from typing import Any
 import fsspec
 from fsspec import AbstractFileSystem
 
+from vlmforge.tasks.errors import OutputError
+
 TMP_MARK = ".tmp-"
 # Store sub-folders besides the <sha[:2]>/ object folders (names longer than two characters never clash).
 INCOMING = ".incoming"  # partial downloads, published by rename
 UPSTREAM_INDEX = "upstream"  # upstream locator -> object sha256, so nothing is fetched twice
 LOCKS = ".locks"
+
+
+class OutputFullError(OutputError, OSError):
+    """The output volume (or the store's) is full or over quota; the CLI reports it in one line. Committed
+    work is kept, so a rerun resumes once space is freed. Still an ``OSError`` for callers catching one."""
+
+
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def no_space(exc: BaseException, path: str) -> OutputFullError | None:
+    """An :class:`OutputFullError` naming ``path`` when ``exc`` is a full-disk or quota error, else None."""
+    if isinstance(exc, OutputFullError) or not (isinstance(exc, OSError) and exc.errno in NO_SPACE):
+        return None
+    return OutputFullError(
+        f"no space left on the output volume writing {path} ({exc.strerror}): free space and rerun the same "
+        "command; committed work is kept and resumed"
+    )
 
 
 def url_to_fs(url: str, **storage_options: Any) -> tuple[AbstractFileSystem, str]:
@@ -43,13 +65,22 @@ def atomic_write_bytes(fs: AbstractFileSystem, path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` so readers see the old file or the whole new one, never a part."""
     parent = path.rsplit("/", 1)[0]
     if is_local(fs):
-        os.makedirs(parent, exist_ok=True)
         tmp = f"{parent}/{TMP_MARK}{uuid.uuid4().hex}-{path.rsplit('/', 1)[-1]}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            os.makedirs(parent, exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException as exc:
+            # A part written up to a full disk would keep its space and linger under its temporary name.
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            full = no_space(exc, path)
+            if full is not None:
+                raise full from exc
+            raise
     else:  # object stores publish a PUT atomically
         fs.pipe_file(path, data)
 
