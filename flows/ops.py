@@ -36,7 +36,7 @@ from vlmforge.tasks.errors import OutputError
 from vlmforge.tasks.manifests import OutputLayout
 from vlmforge.tasks.mix import MixPlan
 from vlmforge.tasks.refresh import RefreshPlan, SubsetChange
-from vlmforge.tasks.validate import ValidationReport
+from vlmforge.tasks.validate import ValidationReport, published_subsets
 
 __all__ = [
     "RayHead",
@@ -312,20 +312,6 @@ def mix_flow(
 
 
 # --- validate ------------------------------------------------------------------------------------------
-
-
-def published_subsets(out: str) -> list[str]:
-    """Subsets with a published Energon dataset under ``OUT/energon``."""
-    from vlmforge.tasks.shards import MANIFEST_NAME
-
-    root = Path(OutputLayout(out).energon)
-    if not root.is_dir():
-        return []
-    return sorted(
-        p.name
-        for p in root.iterdir()
-        if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST_NAME).is_file()
-    )
 
 
 @task(name="validate-subset", task_run_name="validate {subset} of {out}")

@@ -437,7 +437,8 @@ def validate_subset(
     return report
 
 
-def _published_subsets(out: str) -> list[str]:
+def published_subsets(out: str) -> list[str]:
+    """Subsets with a published Energon dataset under ``OUT/energon``."""
     from vlmforge.tasks.manifests import OutputLayout
     from vlmforge.tasks.shards import MANIFEST_NAME
 
@@ -494,7 +495,7 @@ def validate_output(
     from vlmforge.tasks.errors import OutputError
     from vlmforge.tasks.manifests import OutputLayout
 
-    names = list(subsets) if subsets else _published_subsets(out)
+    names = list(subsets) if subsets else published_subsets(out)
     if not names:
         raise OutputError(
             f"{out!r} has no published Energon dataset under energon/: run `vlmforge run` first"
