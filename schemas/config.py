@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 # Bump when a change alters manifest or shard bytes for the same inputs and options; it is part of every
 # batch fingerprint, so a new code version redoes exactly the work whose outputs it changes.
@@ -25,8 +25,10 @@ class RunConfig(BaseModel):
     out: str = Field(description="output folder")
     subsets: tuple[str, ...] = ()  # empty: every subset of the release
     media_roots: tuple[str, ...] = ()
-    # fsspec options of the release (s3 endpoint, credentials, ...); redacted in every record of the run.
-    storage_options: dict[str, str] = Field(default_factory=dict)
+    # fsspec options of the release (s3 endpoint, credentials, ...). Values of secret-looking keys are masked
+    # whenever the options are serialised (the run record, Prefect's flow-run parameters and UI); workers get
+    # the object itself. A deployment should take credentials from the environment instead.
+    storage_options: dict[str, Any] = Field(default_factory=dict)
     license_allow: tuple[str, ...] = ()  # empty: every license; else SPDX ids or patterns (MIT, CC-BY-*)
     allowed_url_schemes: tuple[str, ...] = ()  # media references that may be URLs (http, https, s3, ...)
     # Fetch stage: content-addressed store (default OUT/store) and recipe folders searched before catalog/.
@@ -112,10 +114,12 @@ class RunConfig(BaseModel):
     def store_url(self) -> str:
         return self.store or f"{self.out.rstrip('/')}/store"
 
-    def redacted(self) -> dict[str, object]:
-        """The options as recorded with the run: storage options that look like secrets are masked."""
+    @field_serializer("storage_options", when_used="json")
+    def _mask_secrets(self, options: dict[str, Any]) -> dict[str, Any]:
         from vlmforge.tasks.catalog import redact_storage_options
 
-        data = self.model_dump(mode="json")
-        data["storage_options"] = redact_storage_options(self.storage_options)
-        return data
+        return redact_storage_options(options)
+
+    def redacted(self) -> dict[str, object]:
+        """The options as recorded with the run: storage options that look like secrets are masked."""
+        return self.model_dump(mode="json")
