@@ -194,13 +194,15 @@ def _apply(
     """Run the ``refresh_release`` flow: catalog, plan, unpublish, rerun the changed subsets, metadataset."""
     from vlmforge.flows.ops import refresh_release
     from vlmforge.flows.runtime import embedded_runtime
+    from vlmforge.schemas.config import StorageOptions
     from vlmforge.tasks.catalog import parse_storage_options
 
+    options = parse_storage_options(storage_option)
     with embedded_runtime():
         result = refresh_release(
             release,
             out,
-            storage_options=parse_storage_options(storage_option) or None,
+            storage_options=StorageOptions(options=options) if options else None,
             recipes=recipes,
             license_allow=allow,
             retry_unpublished=retry_unpublished,

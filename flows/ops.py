@@ -30,7 +30,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from vlmforge.flows.pipeline import RunSummary, run_release
 from vlmforge.flows.runtime import QUIET_ENV, RAY_BOOTSTRAP, LoopbackRayTaskRunner, _free_port
-from vlmforge.schemas.config import RunConfig
+from vlmforge.schemas.config import RunConfig, StorageOptions
 from vlmforge.schemas.records import SubsetEntry
 from vlmforge.tasks.errors import OutputError
 from vlmforge.tasks.manifests import OutputLayout
@@ -187,7 +187,9 @@ def publish_metadataset_task(out: str) -> str | None:
 def refresh_release(
     release: str,
     out: str,
-    storage_options: dict[str, Any] | None = None,
+    # Prefect stores and shows flow-run parameters: pass StorageOptions so credentials are masked there
+    # (a deployment should rather take them from the worker's environment).
+    storage_options: StorageOptions | dict[str, Any] | None = None,
     recipes: str | None = None,
     license_allow: list[str] | None = None,
     retry_unpublished: bool = False,
@@ -203,6 +205,8 @@ def refresh_release(
 
     logger = get_run_logger()
     allow = parse_license_allow(license_allow)
+    if isinstance(storage_options, StorageOptions):
+        storage_options = storage_options.options
     entries = catalog_task(release, storage_options, recipes)
     plan = plan_release_refresh(entries, out, allow, retry_unpublished=retry_unpublished)
     result = RefreshResult(release=release, out=out, plan=plan, dry_run=dry_run)

@@ -13,6 +13,21 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_valid
 PIPELINE_VERSION = "3"
 
 
+class StorageOptions(BaseModel):
+    """fsspec options passed as a flow parameter: secret-looking values are masked whenever they are
+    serialised (Prefect stores and shows flow-run parameters); the flow reads ``options`` itself."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_serializer("options", when_used="json")
+    def _mask_secrets(self, options: dict[str, Any]) -> dict[str, Any]:
+        from vlmforge.tasks.catalog import redact_storage_options
+
+        return redact_storage_options(options)
+
+
 class RunConfig(BaseModel):
     """Options of ``vlmforge run``; the CLI, the Prefect flow and the tests all build one of these."""
 

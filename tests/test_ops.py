@@ -218,3 +218,16 @@ def test_refresh_mix_and_validate_flows(
     assert "| photo_vqa | ok |" in _artifact("vlmforge-validate")
     with pytest.raises(OutputError):
         validate_flow(str(tmp_path / "nothing-here"))
+
+
+def test_refresh_parameters_mask_the_release_credentials() -> None:
+    """Prefect stores and shows flow-run parameters: a refresh's credentials are masked there."""
+    from vlmforge.flows.ops import refresh_release
+    from vlmforge.schemas.config import StorageOptions
+
+    options = StorageOptions(options={"secret": "PLANTED-sk-1", "client_kwargs": {"aws_session_token": "T"}})
+    stored = json.dumps(
+        refresh_release.serialize_parameters({"release": "r", "out": "o", "storage_options": options})
+    )
+    assert "PLANTED-sk-1" not in stored and '"T"' not in stored and "client_kwargs" in stored
+    assert options.options["secret"] == "PLANTED-sk-1"  # the flow itself still gets the value
