@@ -134,10 +134,11 @@ def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[flo
 
 
 def _vlmforge_batch(args: tuple[list[str], str, int, int]) -> tuple[int, int]:
-    """One batch as the pipeline runs it: fetch_batch, then verify + resize + store each image."""
+    """One batch as the pipeline runs it: the batch's fetch in the background, each image verified, resized
+    and stored as soon as it has arrived (tasks/build_batch.py does the same)."""
     urls, store_dir, max_pixels, threads = args
     from vlmforge.schemas.recipes import parse_recipe
-    from vlmforge.tasks.fetch import FetchOptions, fetch_batch, read_outcome
+    from vlmforge.tasks.fetch import FetchOptions, FetchStream, read_outcome
     from vlmforge.tasks.media import process_image
     from vlmforge.tasks.storage import ContentStore, sha256_bytes
     from vlmforge.tasks.tokens import smart_resize
@@ -151,13 +152,11 @@ def _vlmforge_batch(args: tuple[list[str], str, int, int]) -> tuple[int, int]:
         }
     )
     store = ContentStore(store_dir)
-    res = fetch_batch(
+    stream = FetchStream(
         [u.rsplit("/", 1)[1] for u in urls], recipe, store, options=FetchOptions(concurrency=threads)
     )
     ok = 0
-    for o in res.outcomes.values():
-        if not o.ok:
-            continue
+    for o in stream:
         r = process_image(
             read_outcome(o, store),
             target_size=lambda h, w: smart_resize(h, w, 28, 3136, max_pixels),
@@ -166,7 +165,7 @@ def _vlmforge_batch(args: tuple[list[str], str, int, int]) -> tuple[int, int]:
         if r.status == "ok" and r.out_bytes is not None:
             store.put(r.out_bytes, o.sha256 if r.kept_original else sha256_bytes(r.out_bytes))
             ok += 1
-    return ok, res.stats.failed
+    return ok, stream.result().stats.failed
 
 
 def vlmforge_main(
@@ -300,7 +299,8 @@ def main() -> None:
             "--max-pixels",
             str(a.max_pixels),
         ]
-        wall, rss, out = run_measured(cmd)
+        # one intra-op thread per worker process, as Ray gives a 1-CPU task (img2dataset pins OpenCV to one)
+        wall, rss, out = run_measured(cmd, dict(os.environ, OMP_NUM_THREADS="1"))
         rows.append(("vlmforge", json.loads(out.strip().splitlines()[-1]), wall, rss))
 
         if a.skip_i2d or not Path(a.i2d_python).exists():

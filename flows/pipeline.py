@@ -454,7 +454,7 @@ def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
         layout.fs,
         f"{layout.root}/runs/{run_id}.json",
         json.dumps(
-            {"config": given.redacted(), "summary": summary.to_dict()}, indent=1, default=str
+            {"config": given.model_dump(mode="json"), "summary": summary.to_dict()}, indent=1, default=str
         ).encode(),
     )
     create_markdown_artifact(

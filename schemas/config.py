@@ -13,6 +13,16 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_valid
 PIPELINE_VERSION = "3"
 
 
+def _mask_secret_options(self: BaseModel, options: dict[str, Any]) -> dict[str, Any]:
+    """JSON serialiser of a field of fsspec options: values of secret-looking keys become ``***``.
+
+    Registered on each model with ``field_serializer(...)(_mask_secret_options)`` (pydantic reads the ``self``
+    parameter as "a method of the model")."""
+    from vlmforge.tasks.catalog import redact_storage_options
+
+    return redact_storage_options(options)
+
+
 class StorageOptions(BaseModel):
     """fsspec options passed as a flow parameter: secret-looking values are masked whenever they are
     serialised (Prefect stores and shows flow-run parameters); the flow reads ``options`` itself."""
@@ -21,11 +31,7 @@ class StorageOptions(BaseModel):
 
     options: dict[str, Any] = Field(default_factory=dict)
 
-    @field_serializer("options", when_used="json")
-    def _mask_secrets(self, options: dict[str, Any]) -> dict[str, Any]:
-        from vlmforge.tasks.catalog import redact_storage_options
-
-        return redact_storage_options(options)
+    _mask_secrets = field_serializer("options", when_used="json")(_mask_secret_options)
 
 
 class RunConfig(BaseModel):
@@ -129,12 +135,4 @@ class RunConfig(BaseModel):
     def store_url(self) -> str:
         return self.store or f"{self.out.rstrip('/')}/store"
 
-    @field_serializer("storage_options", when_used="json")
-    def _mask_secrets(self, options: dict[str, Any]) -> dict[str, Any]:
-        from vlmforge.tasks.catalog import redact_storage_options
-
-        return redact_storage_options(options)
-
-    def redacted(self) -> dict[str, object]:
-        """The options as recorded with the run: storage options that look like secrets are masked."""
-        return self.model_dump(mode="json")
+    _mask_secrets = field_serializer("storage_options", when_used="json")(_mask_secret_options)

@@ -23,6 +23,7 @@ from vlmforge.tasks.fetch import (
     FetchOptions,
     FetchOutcome,
     FetchStats,
+    FetchStream,
     find_recipe,
     outcome_columns,
     read_outcome,
@@ -168,19 +169,27 @@ class _MediaStage:
         # A staged source layout (--format): its references ``store/<sha256>/<name>`` name store objects.
         self.staged = cfg.source_format != "nemotron"
 
-    def prefetch(self, refs: list[str]) -> None:
-        """Fetch the batch's references (each distinct upstream object once, into the store)."""
+    def prefetch(self, refs: list[str], wanted: list[MediaRef]) -> None:
+        """Fetch the batch's references (each distinct upstream object once, into the store), and process
+        the ``wanted`` media as their objects arrive: this thread decodes while the fetch threads wait on
+        the network, so a batch costs about the longer of the two rather than their sum."""
         if self.recipe is None or not refs:
             return
-        from vlmforge.tasks.fetch import fetch_batch
-
         options = FetchOptions(
             concurrency=self.cfg.fetch_concurrency,
             http=HttpOptions(per_host=self.cfg.fetch_per_host),
             batch_timeout=self.cfg.fetch_batch_timeout,
         )
         context = FetchContext(self.entry.path, self.entry.media_tars, self.cfg.media_roots)
-        result = fetch_batch(sorted(set(refs)), self.recipe, self.store, context=context, options=options)
+        by_ref: dict[str, list[MediaRef]] = {}
+        for m in wanted:
+            by_ref.setdefault(m.ref, []).append(m)
+        stream = FetchStream(sorted(set(refs)), self.recipe, self.store, context=context, options=options)
+        for outcome in stream:
+            self.fetched[outcome.ref] = outcome
+            for m in by_ref.get(outcome.ref, ()):
+                self.process(m)
+        result = stream.result()
         self.fetched = result.outcomes
         self.fetch_stats = result.stats
 
@@ -360,6 +369,10 @@ class _Counts:
     truncated_tokens: int = 0
 
 
+def _n_images(record: Record) -> int:
+    return sum(1 for m in record.media if m.kind == "image")
+
+
 def _knob_drop(cfg: RunConfig, n_images: int) -> str | None:
     if cfg.max_num_images is not None and n_images > cfg.max_num_images:
         return f"max_num_images: {n_images} images > {cfg.max_num_images}"
@@ -442,7 +455,11 @@ def build_batch(entry: SubsetEntry, index: int, cfg: RunConfig, *, force: bool =
         subset=entry.subset,
     )
     t_media = time.perf_counter()
-    media.prefetch([m.ref for it in items if isinstance(it, Record) for m in it.media])
+    parsed = [it for it in items if isinstance(it, Record)]
+    media.prefetch(
+        [m.ref for it in parsed for m in it.media],
+        [m for it in parsed if not _knob_drop(cfg, _n_images(it)) for m in it.media],
+    )
     media_s = time.perf_counter() - t_media
     tokens_s = 0.0
 
@@ -459,7 +476,7 @@ def build_batch(entry: SubsetEntry, index: int, cfg: RunConfig, *, force: bool =
             sample_rows.append(row)
             stats.rejected += 1
             continue
-        n_images = sum(1 for m in item.media if m.kind == "image")
+        n_images = _n_images(item)
         n_videos = len(item.media) - n_images
         row |= {
             "sample_id": item.sample_id,

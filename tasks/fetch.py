@@ -18,12 +18,13 @@ import hashlib
 import logging
 import os
 import posixpath
+import queue
 import tarfile
 import threading
 import time
 import uuid
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, fields
@@ -388,6 +389,19 @@ class _Batch:
         timeout = options.batch_timeout
         self.deadline: float | None = None if timeout is None else time.monotonic() + timeout
         self.timed_out = False  # a future was abandoned at the deadline (its thread is not waited for)
+        self.on_ready: Callable[[FetchOutcome], None] | None = None
+        self._announced: set[str] = set()
+
+    def ready(self, outcome: FetchOutcome) -> None:
+        """Announce an ok outcome to ``on_ready`` once, as soon as it is final (from any thread): an ok
+        answer from a source ends the search for that reference."""
+        if self.on_ready is None or not outcome.ok:
+            return
+        with self._lock:
+            if outcome.ref in self._announced:
+                return
+            self._announced.add(outcome.ref)
+        self.on_ready(outcome)
 
     def wait(self, fut: Future[Any]) -> Any:
         """``fut.result()``, bounded by the batch deadline (plus a short grace for threads that are
@@ -436,6 +450,7 @@ class _Batch:
             for ref, res in results.items():
                 if isinstance(res, FetchOutcome):
                     outcomes[ref] = res
+                    self.ready(res)  # sources that do not announce their answers as they come
                 else:
                     errors[ref].append((source.kind, res))
             todo = [r for r in todo if r not in outcomes]
@@ -588,6 +603,7 @@ class _Batch:
             hit = self._cached(ref, kind, upstream)
             if hit is not None:
                 out[ref] = hit
+                self.ready(hit)
                 continue
             if upstream in same:
                 same[upstream].append(ref)
@@ -598,7 +614,10 @@ class _Batch:
                 sink = _StoreSink(self.store, self.options.spill_bytes)
                 try:
                     attempts = fetch_one(upstream, sink)
-                    return self._publish(ref, kind, upstream, sink, attempts)
+                    outcome = self._publish(ref, kind, upstream, sink, attempts)
+                    if isinstance(outcome, FetchOutcome):
+                        self.ready(outcome)  # the caller may start on it while the other fetches run
+                    return outcome
                 except FetchError as err:
                     sink.discard()
                     return err
@@ -1013,11 +1032,14 @@ def fetch_batch(
     options: FetchOptions | None = None,
     expected: Mapping[str, str] | None = None,
     allow_draft: bool = False,
+    on_ready: Callable[[FetchOutcome], None] | None = None,
 ) -> FetchResult:
     """Fetch every reference of ``refs`` by ``recipe`` into ``store``; one outcome per distinct reference.
 
     ``expected`` maps references to sha256 values known from an earlier run: a fetched object that
-    differs is a ``hash_mismatch``. Raises only RecipeError (a draft recipe); failures are outcomes.
+    differs is a ``hash_mismatch``. ``on_ready`` is called once per ok outcome as soon as its object is in
+    the store, from the fetch threads (see :class:`FetchStream`). Raises only RecipeError (a draft recipe);
+    failures are outcomes.
     """
     if recipe.status == "draft" and not allow_draft:
         raise RecipeError(
@@ -1030,6 +1052,7 @@ def fetch_batch(
     client = client or shared_client(options.http)
     t0 = time.perf_counter()
     batch = _Batch(recipe, store, context or FetchContext(), client, options, expected or {})
+    batch.on_ready = on_ready
     pool = ThreadPoolExecutor(max_workers=options.concurrency, thread_name_prefix="fetch")
     try:
         outcomes = batch.run(refs, pool)
@@ -1054,6 +1077,43 @@ def fetch_batch(
             stats.failures[o.status] = stats.failures.get(o.status, 0) + 1
     log.info("fetch %s: %s", recipe.subset, stats.summary())
     return FetchResult(outcomes, stats)
+
+
+class FetchStream:
+    """:func:`fetch_batch` in a background thread, its ok outcomes handed over as they arrive.
+
+    Iterating yields each ok outcome once, as soon as its object is stored, so the caller decodes one
+    object while the fetch threads wait on the network for the next ones (a batch's fetch and its media
+    work overlap instead of running one after the other). Failed references are not yielded: they are in
+    :meth:`result`, which waits for the batch and re-raises its error, if any."""
+
+    def __init__(self, refs: Iterable[str], recipe: Recipe, store: ContentStore, **kwargs: Any) -> None:
+        self._ready: queue.SimpleQueue[FetchOutcome | None] = queue.SimpleQueue()
+        self._result: FetchResult | None = None
+        self._error: BaseException | None = None
+        refs = list(refs)
+
+        def work() -> None:
+            try:
+                self._result = fetch_batch(refs, recipe, store, on_ready=self._ready.put, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller by result()
+                self._error = exc
+            finally:
+                self._ready.put(None)
+
+        self._thread = threading.Thread(target=work, name="fetch-batch", daemon=True)
+        self._thread.start()
+
+    def __iter__(self) -> Iterator[FetchOutcome]:
+        while (outcome := self._ready.get()) is not None:
+            yield outcome
+
+    def result(self) -> FetchResult:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
 
 
 def read_outcome(outcome: FetchOutcome, store: ContentStore) -> bytes:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol, TypeVar
 from urllib.parse import urljoin, urlsplit
 
 import urllib3
@@ -29,6 +29,7 @@ from urllib3 import exceptions as u3
 from vlmforge.tasks.errors import VlmforgeError, redact, redact_url
 
 log = logging.getLogger("vlmforge.fetch")
+_T = TypeVar("_T")
 
 
 class RedactingFilter(logging.Filter):
@@ -380,31 +381,62 @@ class HttpClient:
 
         ``deadline`` (a ``time.monotonic()`` value, e.g. a batch's) bounds the whole call: no attempt starts
         and no backoff sleeps past it, and an attempt's body read stops there (``timeout``)."""
-        attempt = 0
-        while True:
-            attempt += 1
+
+        def attempt_once(attempt: int) -> Response:
             if sink is not None and attempt > 1:
                 sink.reset()
+            if deadline is not None and time.monotonic() >= deadline:
+                raise FetchError(TIMEOUT, f"batch deadline reached before attempt {attempt}", url=url)
+            resp = self._get_once(url, byte_range, suffix, sink, max_bytes, expect_media, deadline)
+            resp.attempts = attempt
+            return resp
+
+        return self._retrying(attempt_once, deadline, cap_retry_after=True, log_url=url)
+
+    def _retrying(
+        self,
+        attempt_once: Callable[[int], _T],
+        deadline: float | None,
+        *,
+        attempts_before: int = 0,
+        cap_retry_after: bool = False,
+        deadline_note: str | None = None,
+        log_url: str | None = None,
+    ) -> _T:
+        """The retry policy shared by :meth:`get`, :meth:`stream` and :func:`retry_call`.
+
+        Calls ``attempt_once(n)`` for n = ``attempts_before`` + 1, + 2... until it returns. A transient
+        FetchError is retried after :meth:`backoff`, at most ``options.retries`` times in all; the error that
+        ends the loop is raised with its ``attempts`` set. No backoff sleeps past ``deadline`` (a
+        ``time.monotonic()`` value): such an error is raised with ``deadline_note`` (default: "not retried:
+        the batch deadline comes before attempt N") added to its detail. With ``cap_retry_after`` a
+        Retry-After over ``options.retry_after_max`` is not waited for; with ``log_url`` each retry is
+        logged at DEBUG level."""
+        attempt = attempts_before
+        while True:
+            attempt += 1
             try:
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise FetchError(TIMEOUT, f"batch deadline reached before attempt {attempt}", url=url)
-                resp = self._get_once(url, byte_range, suffix, sink, max_bytes, expect_media, deadline)
-                resp.attempts = attempt
-                return resp
+                return attempt_once(attempt)
             except FetchError as err:
                 err.attempts = attempt
                 if not err.transient or attempt > self.options.retries:
                     raise
-                if err.retry_after is not None and err.retry_after > self.options.retry_after_max:
+                if (
+                    cap_retry_after
+                    and err.retry_after is not None
+                    and err.retry_after > self.options.retry_after_max
+                ):
                     err.detail += (
                         f" (Retry-After {err.retry_after:.0f} s exceeds the cap; left for a later run)"
                     )
                     raise
                 delay = self.backoff(attempt, err.retry_after)
                 if deadline is not None and time.monotonic() + delay >= deadline:
-                    err.detail += f" (not retried: the batch deadline comes before attempt {attempt + 1})"
+                    next_one = f" (not retried: the batch deadline comes before attempt {attempt + 1})"
+                    err.detail += next_one if deadline_note is None else deadline_note
                     raise
-                log.debug("retry %d of %s in %.2f s after %s", attempt, redact(url), delay, err)
+                if log_url is not None:
+                    log.debug("retry %d of %s in %.2f s after %s", attempt, redact(log_url), delay, err)
                 time.sleep(delay)
 
     def _pool(self, scheme: str, host: str, port: int) -> urllib3.HTTPConnectionPool:
@@ -665,35 +697,33 @@ class _ResumingStream:
         return True
 
     def _open(self) -> urllib3.BaseHTTPResponse:
+        # self._attempt counts on across reopenings: read() stops resuming once it passes the retries.
+        return self.client._retrying(
+            self._open_once,
+            self.deadline,
+            attempts_before=self._attempt,
+            deadline_note=" (not retried: the batch deadline comes first)",
+        )
+
+    def _open_once(self, attempt: int) -> urllib3.BaseHTTPResponse:
+        self._attempt = attempt
+        self._check_deadline()
         client = self.client
-        while True:
-            self._attempt += 1
-            try:
-                self._check_deadline()
-                for _ in range(client.options.max_redirects + 1):
-                    parts = urlsplit(self.url)
-                    self._host = parts.hostname or ""
-                    with client._slot(self._host, self.deadline) as state:
-                        try:
-                            r = self._request(parts)
-                        except FetchError as err:
-                            client._record(state, err, self._host)
-                            raise
-                        client._record(state, None, self._host)
-                    if isinstance(r, str):
-                        self.url = urljoin(self.url, r)
-                        continue
-                    return r
-                raise FetchError(HTTP_4XX, "too many redirects", url=self.url)
-            except FetchError as err:
-                err.attempts = self._attempt
-                if not err.transient or self._attempt > client.options.retries:
+        for _ in range(client.options.max_redirects + 1):
+            parts = urlsplit(self.url)
+            self._host = parts.hostname or ""
+            with client._slot(self._host, self.deadline) as state:
+                try:
+                    r = self._request(parts)
+                except FetchError as err:
+                    client._record(state, err, self._host)
                     raise
-                delay = client.backoff(self._attempt, err.retry_after)
-                if self.deadline is not None and time.monotonic() + delay >= self.deadline:
-                    err.detail += " (not retried: the batch deadline comes first)"
-                    raise
-                time.sleep(delay)
+                client._record(state, None, self._host)
+            if isinstance(r, str):
+                self.url = urljoin(self.url, r)
+                continue
+            return r
+        raise FetchError(HTTP_4XX, "too many redirects", url=self.url)
 
     def _check_deadline(self) -> None:
         if self.deadline is not None and time.monotonic() >= self.deadline:
@@ -829,20 +859,13 @@ def retry_call(
 ) -> tuple[Any, int]:
     """Run ``fn`` with the client's retry policy (for object stores); returns (result, attempts). With
     ``deadline`` (a ``time.monotonic()`` value) no attempt starts and no backoff sleeps past it."""
-    attempt = 0
-    while True:
-        attempt += 1
+
+    def attempt_once(attempt: int) -> tuple[Any, int]:
         try:
             if deadline is not None and time.monotonic() >= deadline:
                 raise FetchError(TIMEOUT, f"batch deadline reached before attempt {attempt}")
             return fn(), attempt
         except Exception as exc:  # noqa: BLE001
-            err = classify(exc)
-            err.attempts = attempt
-            if not err.transient or attempt > client.options.retries:
-                raise err from None
-            delay = client.backoff(attempt, err.retry_after)
-            if deadline is not None and time.monotonic() + delay >= deadline:
-                err.detail += f" (not retried: the batch deadline comes before attempt {attempt + 1})"
-                raise err from None
-            time.sleep(delay)
+            raise classify(exc) from None
+
+    return client._retrying(attempt_once, deadline)

@@ -554,34 +554,6 @@ def _parse_lines(
     return out
 
 
-def parse_chunk(
-    data: bytes,
-    first_line: int,
-    *,
-    allowed_schemes: Collection[str] = _EMPTY,
-    duplicates: Mapping[int, int] | None = None,
-    conflicts: Mapping[int, tuple[int, str]] | None = None,
-    subset: str | None = None,
-    max_line_bytes: int = MAX_LINE_BYTES,
-) -> Iterator[Record | Reject]:
-    """Parse a chunk of whole JSONL lines whose first line has number ``first_line`` (1-based).
-
-    ``duplicates`` (line -> earlier identical line) and ``conflicts`` (line -> (earlier line with the same
-    id, distinct key)) come from the catalog's scan (:meth:`SubsetEntry.duplicates_in` / ``conflicts_in``):
-    a duplicate that parses becomes a ``duplicate_row`` reject (a duplicate of a bad row keeps its own
-    reason); a conflicting record carries ``id_conflict_of`` and its distinct ``key``.
-    """
-    yield from parse_batch(
-        data,
-        first_line,
-        allowed_schemes=allowed_schemes,
-        duplicates=duplicates,
-        conflicts=conflicts,
-        subset=subset,
-        max_line_bytes=max_line_bytes,
-    )
-
-
 def _apply_dedup(
     rec: Record, duplicates: Mapping[int, int], conflicts: Mapping[int, tuple[int, str]], subset: str | None
 ) -> Record | Reject:
@@ -606,7 +578,15 @@ def parse_batch(
     subset: str | None = None,
     max_line_bytes: int = MAX_LINE_BYTES,
 ) -> list[Record | Reject]:
-    """Every line of ``data`` as a list, built with the cyclic GC paused (parsing creates no cycles)."""
+    """Parse a chunk of whole JSONL lines whose first line has number ``first_line`` (1-based): every line
+    becomes one Record or Reject, in order, in a list built with the cyclic GC paused (parsing creates no
+    cycles).
+
+    ``duplicates`` (line -> earlier identical line) and ``conflicts`` (line -> (earlier line with the same
+    id, distinct key)) come from the catalog's scan (:meth:`SubsetEntry.duplicates_in` / ``conflicts_in``):
+    a duplicate that parses becomes a ``duplicate_row`` reject (a duplicate of a bad row keeps its own
+    reason); a conflicting record carries ``id_conflict_of`` and its distinct ``key``.
+    """
     was_enabled = gc.isenabled()
     gc.disable()
     try:

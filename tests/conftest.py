@@ -1,13 +1,22 @@
-"""Shared fixtures. Everything runs on loopback with telemetry off; Prefect and Ray homes are temporary."""
+"""Shared fixtures and helpers. Everything runs on loopback with telemetry off; Prefect and Ray homes are
+temporary. Test modules import the plain helpers by name (``from conftest import REAL_MEDIA, make_video``)."""
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
+import struct
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from http_fixture import HttpFixture
+
+if TYPE_CHECKING:
+    from vlmforge.schemas.config import RunConfig
 
 _HOME = Path(tempfile.mkdtemp(prefix="vlmforge-tests-"))
 # Before Prefect, Ray or Great Expectations are imported anywhere.
@@ -42,3 +51,181 @@ def sample_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from vlmforge.sample_release import build_sample_release
 
     return build_sample_release(tmp_path_factory.mktemp("release") / "sample").root
+
+
+@pytest.fixture
+def srv() -> Iterator[HttpFixture]:
+    """A loopback HTTP server with fault modes (``http_fixture.py``), one per test."""
+    with HttpFixture() as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def moto_s3() -> Iterator[str]:
+    """The endpoint URL of a loopback moto S3 server, one per test module."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+# ----------------------------------------------------------------------------------------- flow runs
+
+
+def run_flow(cfg: RunConfig) -> Any:
+    """``run_release(cfg)`` against the test harness's API; the flow's runner starts a loopback Ray (or
+    reuses one the module initialised)."""
+    from vlmforge.flows.pipeline import run_release
+    from vlmforge.flows.runtime import embedded_runtime
+
+    with embedded_runtime():
+        return run_release(cfg)
+
+
+def tree_hashes(root: Path) -> dict[str, str]:
+    """sha256 of every file below ``root`` by relative path, Energon's ``index.uuid`` and ``index.sqlite``
+    left out: what must not change when a run is repeated."""
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "index.uuid" not in p.name and "index.sqlite" not in p.name
+    }
+
+
+def load_energon_samples(out: str | Path, limit: int) -> tuple[list[Any], dict[str, dict[str, Any]]]:
+    """Up to ``limit`` samples of the Energon metadataset of the run in ``out``, loaded through
+    megatron-energon with the project's cooker, and the run's ``ok`` sample rows by key. Asserts that the
+    loader reported no error and that every sample is a ``ChatSample`` with as many images and videos as its
+    row."""
+    from megatron.energon import WorkerConfig, get_loader, get_train_dataset
+
+    from vlmforge.energon import ChatSample, ChatTaskEncoder
+    from vlmforge.tasks.query import run_query
+
+    errors: list[str] = []
+    wc = WorkerConfig(
+        rank=0,
+        world_size=1,
+        num_workers=0,
+        global_error_handler=lambda exc, *a, **k: errors.append(repr(exc)),
+    )
+    ds = get_train_dataset(
+        str(Path(out) / "energon" / "metadataset.yaml"),
+        worker_config=wc,
+        batch_size=None,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
+        task_encoder=ChatTaskEncoder(),
+    )
+    ok = {r["key"]: r for r in run_query(str(out), "SELECT * FROM samples WHERE status = 'ok'").to_pylist()}
+    samples: list[Any] = []
+    for _, sample in zip(range(limit), get_loader(ds), strict=False):
+        assert isinstance(sample, ChatSample)
+        row = ok[sample.__key__]
+        assert len(sample.images) == row["n_images"] and len(sample.videos) == row["n_videos"]
+        samples.append(sample)
+    assert errors == []
+    return samples, ok
+
+
+# -------------------------------------------------------------------------------------------- videos
+
+
+def all_frames(n: int, fps: float) -> list[int]:
+    """A ``choose_frames`` that samples every frame."""
+    return list(range(n))
+
+
+def make_video(
+    *,
+    codec: str = "libx264",
+    fmt: str = "mp4",
+    frames: int = 32,
+    width: int = 64,
+    height: int = 48,
+    fps: int = 8,
+    rotation: float | None = None,
+    path: Path | None = None,
+) -> bytes:
+    """A small video of noise frames (the same bytes for the same arguments)."""
+    import av
+    import numpy as np
+
+    buf = io.BytesIO()
+    target: io.BytesIO | str = str(path) if path is not None else buf
+    options = {"movflags": "faststart"} if path is not None and fmt == "mp4" else {}
+    with av.open(target, "w", format=fmt, options=options) as container:
+        stream = container.add_stream(codec, rate=fps)
+        assert isinstance(stream, av.VideoStream)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        if rotation is not None:
+            stream.set_display_rotation(rotation)
+        rng = np.random.default_rng(0)
+        for _ in range(frames):
+            arr = rng.integers(0, 255, (height, width, 3), dtype=np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(arr, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path.read_bytes() if path is not None else buf.getvalue()
+
+
+def absurd_dimension_avi(width: int, height: int) -> bytes:
+    """A small MJPEG AVI whose headers (AVI and every JPEG frame) claim ``width`` x ``height``."""
+    import av
+    import numpy as np
+
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="avi") as container:
+        stream = container.add_stream("mjpeg", rate=8)
+        assert isinstance(stream, av.VideoStream)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuvj420p"
+        for k in range(4):
+            frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 40 * k, np.uint8), format="rgb24")
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    data = bytearray(buf.getvalue())
+    at = data.find(b"\xff\xc0")
+    while at >= 0:  # SOF0: length(2) precision(1) height(2) width(2)
+        data[at + 5 : at + 9] = struct.pack(">HH", height, width)
+        at = data.find(b"\xff\xc0", at + 2)
+    avih = data.find(b"avih") + 8
+    data[avih + 32 : avih + 40] = struct.pack("<II", width, height)
+    strf = data.find(b"strf") + 8
+    data[strf + 4 : strf + 12] = struct.pack("<ii", width, height)
+    return bytes(data)
+
+
+def long_video(repeats: int = 20) -> bytes:
+    """``30 * repeats`` frames: one 30-frame H.264 GOP of noise (expensive to decode) muxed ``repeats`` times,
+    no re-encode."""
+    import av
+
+    src = av.open(io.BytesIO(make_video(frames=30, width=320, height=240, fps=30)), "r")
+    in_stream = src.streams.video[0]
+    packets = [p for p in src.demux(in_stream) if p.size]
+    assert all(p.pts is not None and p.dts is not None for p in packets)
+    step = (int(packets[-1].pts or 0) - int(packets[0].pts or 0)) // 29
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as out:
+        out_stream = out.add_stream_from_template(in_stream)
+        for r in range(repeats):
+            for p in packets:
+                q = av.Packet(bytes(p))
+                q.pts, q.dts = int(p.pts or 0) + r * 30 * step, int(p.dts or 0) + r * 30 * step
+                q.duration, q.is_keyframe, q.time_base, q.stream = (
+                    p.duration,
+                    p.is_keyframe,
+                    p.time_base,
+                    out_stream,
+                )
+                out.mux(q)
+    src.close()
+    return buf.getvalue()

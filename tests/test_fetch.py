@@ -7,7 +7,6 @@ import hashlib
 import io
 import tarfile
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from vlmforge.tasks.fetch import (
     FetchContext,
     FetchOptions,
     FetchStats,
+    FetchStream,
     RecipeError,
     fetch_batch,
     outcome_columns,
@@ -47,12 +47,6 @@ def make_recipe(*sources: dict[str, Any], subset: str = "s", **kw: Any) -> Recip
 def fetch(refs: list[str], recipe: Recipe, store: ContentStore, **kw: Any) -> dict[str, Any]:
     kw.setdefault("client", HttpClient(HTTP))
     return fetch_batch(refs, recipe, store, options=OPTS, **kw).outcomes
-
-
-@pytest.fixture
-def srv() -> Iterator[HttpFixture]:
-    with HttpFixture() as s:
-        yield s
 
 
 @pytest.fixture
@@ -169,6 +163,28 @@ def test_failures_are_outcomes_and_stats(srv: HttpFixture, store: ContentStore) 
     assert "files/s" in st.summary()
 
 
+def test_stream_hands_over_each_ok_object_while_the_batch_still_fetches(
+    srv: HttpFixture, store: ContentStore
+) -> None:
+    srv.add("/i/fast.jpg", img(1))
+    srv.add("/i/slow.jpg", img(2), Fault("delay", delay=1.5))
+    srv.add("/i/gone.jpg", img(3), Fault("404"))
+    recipe = make_recipe({"kind": "http_files", "url": srv.url("/i/{name}")})
+    refs = ["fast.jpg", "slow.jpg", "gone.jpg", "again/fast.jpg"]
+    stream = FetchStream(refs, recipe, store, client=HttpClient(HTTP), options=OPTS)
+    seen = []
+    for outcome in stream:
+        # the first object is readable from the store before the slow one has arrived
+        seen.append((outcome.ref, srv.completed("/i/slow.jpg"), read_outcome(outcome, store)))
+    res = stream.result()
+    assert seen[0] == ("fast.jpg", 0, img(1))
+    assert sorted(r for r, _, _ in seen) == ["again/fast.jpg", "fast.jpg", "slow.jpg"]  # once each, ok only
+    assert res.outcomes["gone.jpg"].status == "http_404" and res.stats.ok == 3
+    with pytest.raises(RecipeError, match="draft"):
+        list(draft := FetchStream(["a.jpg"], make_recipe({"kind": "release_tar"}, status="draft"), store))
+        draft.result()
+
+
 def test_mirror_fallback_prefers_a_transient_failure(srv: HttpFixture, store: ContentStore) -> None:
     srv.add("/primary/a.jpg", img(1), Fault("500"))
     srv.add("/mirror/a.jpg", img(1))
@@ -256,19 +272,6 @@ def test_duckdb_shows_the_failed_refs_and_a_later_run_retries_exactly_those(
 
 
 # ------------------------------------------------------------------------------------------------- s3
-
-
-@pytest.fixture(scope="module")
-def moto_s3() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
 
 
 def test_s3_objects_and_s3_hosted_zip(

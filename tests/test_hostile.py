@@ -24,10 +24,10 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
+from conftest import REAL_MEDIA, absurd_dimension_avi, all_frames, long_video, make_video
 from PIL import Image
 
 from vlmforge.schemas.recipes import Recipe, parse_recipe
@@ -41,9 +41,6 @@ from vlmforge.tasks.parse import parse_batch, parse_line
 from vlmforge.tasks.resolve import MediaResolver, MissingMedia
 from vlmforge.tasks.storage import ContentStore
 
-REAL_MEDIA = Path(
-    os.environ.get("VLMFORGE_REAL_MEDIA", Path(__file__).resolve().parents[2] / "shared/testdata/real-media")
-)
 MB = 1024 * 1024
 
 
@@ -788,59 +785,20 @@ def _real_images(tmp: Path) -> Callable[[], list[str]]:
 # ---- videos -----------------------------------------------------------------------------------------------
 
 
-def _video(
-    frames: int = 8, w: int = 64, h: int = 48, fps: int = 8, codec: str = "libx264", fmt: str = "mp4"
-) -> bytes:
-    import av
-
-    buf = io.BytesIO()
-    with av.open(buf, "w", format=fmt) as container:
-        stream: Any = container.add_stream(codec, rate=fps)
-        stream.width, stream.height = w, h
-        stream.pix_fmt = "yuvj420p" if codec == "mjpeg" else "yuv420p"
-        rng = np.random.default_rng(0)
-        for _ in range(frames):
-            frame = av.VideoFrame.from_ndarray(
-                rng.integers(0, 255, (h, w, 3), dtype=np.uint8), format="rgb24"
-            )
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    return buf.getvalue()
-
-
-def _absurd_avi(width: int, height: int) -> bytes:
-    data = bytearray(_video(4, codec="mjpeg", fmt="avi"))
-    at = data.find(b"\xff\xc0")
-    while at >= 0:
-        data[at + 5 : at + 9] = struct.pack(">HH", height, width)
-        at = data.find(b"\xff\xc0", at + 2)
-    avih = data.find(b"avih") + 8
-    data[avih + 32 : avih + 40] = struct.pack("<II", width, height)
-    strf = data.find(b"strf") + 8
-    data[strf + 4 : strf + 12] = struct.pack("<ii", width, height)
-    return bytes(data)
-
-
-def _all(n: int, fps: float) -> list[int]:
-    return list(range(n))
-
-
 def video_case(
-    hostile: Items, *, timeout_s: float = 5.0, choose: Callable[[int, float], list[int]] = _all
+    hostile: Items, *, timeout_s: float = 5.0, choose: Callable[[int, float], list[int]] = all_frames
 ) -> Build:
     def build(tmp: Path) -> Callable[[], list[str]]:
-        ok = _video()
+        ok = make_video(frames=8)
         items = _items(hostile)
 
         def run() -> list[str]:
-            before = probe_video(ok, choose_frames=_all)
+            before = probe_video(ok, choose_frames=all_frames)
             reasons = []
             for data in items:
                 r = probe_video(data, choose_frames=choose, timeout_s=timeout_s)
                 reasons.append(f"{r.reason}: {r.detail}")
-            assert probe_video(ok, choose_frames=_all) == before and before.status == "ok"
+            assert probe_video(ok, choose_frames=all_frames) == before and before.status == "ok"
             return reasons
 
         return run
@@ -854,37 +812,17 @@ case(
     r"(decompression_bomb: .*\d+x\d+|video_decode_error: .*Invalid data)",
     max_seconds=5,
     max_peak_mb=100,
-)(video_case(lambda: [_absurd_avi(12_000, 12_000), _absurd_avi(65_000, 65_000)]))
+)(video_case(lambda: [absurd_dimension_avi(12_000, 12_000), absurd_dimension_avi(65_000, 65_000)]))
 
 
 @case("a video that decodes (nearly) forever", "videos", r"video_timeout: ", max_seconds=5)
 def _forever(tmp: Path) -> Callable[[], list[str]]:
-    import av
-
-    src = av.open(io.BytesIO(_video(30, 320, 240, 30)), "r")
-    in_stream = src.streams.video[0]
-    packets = [p for p in src.demux(in_stream) if p.size]
-    step = (int(packets[-1].pts or 0) - int(packets[0].pts or 0)) // 29
-    buf = io.BytesIO()
-    with av.open(buf, "w", format="mp4") as out:
-        out_stream = out.add_stream_from_template(in_stream)
-        for r in range(60):  # 1800 frames of noise: many seconds to decode in full
-            for p in packets:
-                q = av.Packet(bytes(p))
-                q.pts, q.dts = int(p.pts or 0) + r * 30 * step, int(p.dts or 0) + r * 30 * step
-                q.duration, q.is_keyframe, q.time_base, q.stream = (
-                    p.duration,
-                    p.is_keyframe,
-                    p.time_base,
-                    out_stream,
-                )
-                out.mux(q)
-    src.close()
-    return video_case([buf.getvalue()], timeout_s=0.3, choose=lambda n, fps: [n - 1])(tmp)
+    endless = long_video(60)  # 1800 frames of noise: many seconds to decode in full
+    return video_case([endless], timeout_s=0.3, choose=lambda n, fps: [n - 1])(tmp)
 
 
 def _broken_videos() -> list[bytes]:
-    v = _video(16)
+    v = make_video(frames=16)
     return [
         v[: len(v) // 3],
         v[: len(v) - 200],

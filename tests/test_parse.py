@@ -14,7 +14,6 @@ from vlmforge.tasks.parse import (
     iter_records,
     normalize_ref,
     parse_batch,
-    parse_chunk,
     parse_line,
     unsafe_ref_reason,
 )
@@ -322,7 +321,7 @@ def test_a_recipe_allows_url_schemes_but_never_file() -> None:
 
 def test_rejects_carry_subset_line_and_id() -> None:
     data = b'{"id": "ok", "messages": [{"role": "user", "content": "hi"}]}\n{"id": "bad", "messages": 1}\n'
-    items = list(parse_chunk(data, 41, subset="docvqa"))
+    items = parse_batch(data, 41, subset="docvqa")
     assert isinstance(items[0], Record) and items[0].line == 41
     assert items[1] == Reject(42, "invalid_record: messages must be a list, got int", "bad", "docvqa")
 
@@ -353,7 +352,7 @@ def test_duplicates_and_id_conflicts_from_the_catalog() -> None:
 
 def test_line_numbers_survive_crlf_and_a_missing_final_newline() -> None:
     row = _line({"id": "x", "messages": [{"role": "user", "content": "hi"}]})
-    items = list(parse_chunk(row + b"\r\n\r\n" + row, 1))
+    items = parse_batch(row + b"\r\n\r\n" + row, 1)
     assert [type(i).__name__ for i in items] == ["Record", "Reject", "Record"]
     assert [i.line for i in items] == [1, 2, 3]
 

@@ -3,12 +3,12 @@ shards loaded back through megatron-energon with the project's cooker."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import load_energon_samples, run_flow, tree_hashes
 
 from vlmforge.sample_release import EXPECTED, EXPECTED_MEDIA_ERRORS
 from vlmforge.schemas.config import RunConfig
@@ -19,27 +19,11 @@ from vlmforge.tasks.validate import validate_energon_dataset
 pytestmark = pytest.mark.slow
 
 
-def _run(cfg: RunConfig) -> Any:
-    from vlmforge.flows.pipeline import run_release
-    from vlmforge.flows.runtime import embedded_runtime
-
-    with embedded_runtime():  # the harness's API; the flow's runner starts a loopback Ray
-        return run_release(cfg)
-
-
-def _tree_hashes(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and "index.uuid" not in p.name and "index.sqlite" not in p.name
-    }
-
-
 @pytest.fixture(scope="module")
 def first_run(prefect_harness: None, sample_release: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     out = tmp_path_factory.mktemp("out") / "run"
     cfg = RunConfig(release=str(sample_release), out=str(out), max_reject_rate=0.9, batch_lines=4)
-    return cfg, _run(cfg)
+    return cfg, run_flow(cfg)
 
 
 def test_every_line_is_accounted_for_with_the_expected_status(first_run: Any) -> None:
@@ -126,48 +110,24 @@ def test_query_answers_sql_over_the_manifests(first_run: Any) -> None:
 
 
 def test_metadataset_trains_through_the_cooker(first_run: Any) -> None:
-    from megatron.energon import WorkerConfig, get_loader, get_train_dataset
-
-    from vlmforge.energon import ChatSample, ChatTaskEncoder
-
     cfg, _ = first_run
-    errors: list[str] = []
-    wc = WorkerConfig(
-        rank=0,
-        world_size=1,
-        num_workers=0,
-        global_error_handler=lambda exc, *a, **k: errors.append(repr(exc)),
-    )
-    ds = get_train_dataset(
-        str(Path(cfg.out) / "energon" / "metadataset.yaml"),
-        worker_config=wc,
-        batch_size=None,
-        shuffle_buffer_size=None,
-        max_samples_per_sequence=None,
-        task_encoder=ChatTaskEncoder(),
-    )
-    ok = {r["key"]: r for r in run_query(cfg.out, "SELECT * FROM samples WHERE status = 'ok'").to_pylist()}
-    seen: set[str] = set()
-    for _, sample in zip(range(60), get_loader(ds), strict=False):
-        assert isinstance(sample, ChatSample)
-        row = ok[sample.__key__]
-        assert len(sample.images) == row["n_images"] and len(sample.videos) == row["n_videos"]
-        assert sample.record["vlmforge"]["total_tokens"] == row["total_tokens"]
+    samples, ok = load_energon_samples(cfg.out, 60)
+    for sample in samples:
+        assert sample.record["vlmforge"]["total_tokens"] == ok[sample.__key__]["total_tokens"]
         for img in sample.images:  # decoded CHW tensors at the stored (factor-aligned when resized) size
             assert img.ndim == 3 and img.shape[0] == 3
-        seen.add(sample.__key__)
-    assert errors == []
+    seen = {sample.__key__ for sample in samples}
     assert {k.split("__")[0] for k in seen} == set(EXPECTED)  # the blend draws from every subset
 
 
 def test_rerun_skips_every_batch_and_yields_the_same_bytes(first_run: Any) -> None:
     cfg, first = first_run
-    before = _tree_hashes(Path(cfg.out) / "energon")
-    manifests_before = _tree_hashes(Path(cfg.out) / "manifests" / "samples")
-    again = _run(cfg)
+    before = tree_hashes(Path(cfg.out) / "energon")
+    manifests_before = tree_hashes(Path(cfg.out) / "manifests" / "samples")
+    again = run_flow(cfg)
     assert all(s.stats.skipped_batches == s.stats.batches > 0 for s in again.subsets)
-    assert _tree_hashes(Path(cfg.out) / "energon") == before
-    assert _tree_hashes(Path(cfg.out) / "manifests" / "samples") == manifests_before
+    assert tree_hashes(Path(cfg.out) / "energon") == before
+    assert tree_hashes(Path(cfg.out) / "manifests" / "samples") == manifests_before
     assert [s.stats.ok for s in again.subsets] == [s.stats.ok for s in first.subsets]
 
 
@@ -175,7 +135,7 @@ def test_a_subset_that_fails_its_gate_is_held_back_and_named(
     prefect_harness: None, sample_release: Path, tmp_path: Path
 ) -> None:
     cfg = RunConfig(release=str(sample_release), out=str(tmp_path / "out"), subsets=("bad_rows", "photo_vqa"))
-    summary = _run(cfg)  # default max_reject_rate 0.5: bad_rows rejects 12 of 15 lines
+    summary = run_flow(cfg)  # default max_reject_rate 0.5: bad_rows rejects 12 of 15 lines
     assert summary.failed == ["bad_rows"]
     outcome = next(s for s in summary.subsets if s.subset == "bad_rows")
     assert "reject rate" in outcome.gate

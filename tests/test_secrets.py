@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +41,6 @@ def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
         return real(host, *args, **kw)
 
     monkeypatch.setattr(socket, "getaddrinfo", guarded)
-
-
-@pytest.fixture
-def srv() -> Iterator[HttpFixture]:
-    with HttpFixture() as s:
-        yield s
 
 
 @pytest.fixture
@@ -188,31 +181,18 @@ def test_fetch_error_and_redaction_helpers() -> None:
 # ------------------------------------------------------------------------------------------------ s3
 
 
-@pytest.fixture(scope="module")
-def moto() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-
-
 def test_s3_failures_with_planted_keys(
-    moto: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, logs: pytest.LogCaptureFixture
+    moto_s3: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, logs: pytest.LogCaptureFixture
 ) -> None:
     import s3fs
 
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     s3fs.S3FileSystem.clear_instance_cache()
-    fs = s3fs.S3FileSystem(key="testing", secret=AWS_SECRET, client_kwargs={"endpoint_url": moto})
+    fs = s3fs.S3FileSystem(key="testing", secret=AWS_SECRET, client_kwargs={"endpoint_url": moto_s3})
     fs.mkdir("media-bucket")
     fs.pipe("media-bucket/ok.jpg", b"\xff\xd8\xff\xe0ok")
-    options = {"key": "testing", "secret": AWS_SECRET, "client_kwargs": {"endpoint_url": moto}}
+    options = {"key": "testing", "secret": AWS_SECRET, "client_kwargs": {"endpoint_url": moto_s3}}
     store = ContentStore(str(tmp_path / "store"))
     res = fetch_batch(
         ["ok.jpg", "missing.jpg", "CLEVR/a.png"],
@@ -221,7 +201,7 @@ def test_s3_failures_with_planted_keys(
                 "kind": "s3",
                 "url": "s3://media-bucket/{name}",
                 "anon": False,
-                "endpoint_url": moto,
+                "endpoint_url": moto_s3,
                 "match": r"\.jpg$",
             },
             {

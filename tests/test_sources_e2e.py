@@ -5,12 +5,12 @@ that re-reads no archive and yields the same bytes."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import load_energon_samples, run_flow, tree_hashes
 from test_sources import (
     INFOVQA_ROWS,
     LLAVA_CONFIG,
@@ -34,14 +34,6 @@ LAYOUTS = {
 }
 
 
-def _run(cfg: RunConfig) -> Any:
-    from vlmforge.flows.pipeline import run_release
-    from vlmforge.flows.runtime import embedded_runtime
-
-    with embedded_runtime():
-        return run_release(cfg)
-
-
 def _cfg(release: Path, out: Path, fmt: str, config: str) -> RunConfig:
     # The gate (Great Expectations) runs for the video layout and its rerun; the image layouts skip it to keep
     # the module short (the gate itself is covered over the sample release).
@@ -55,14 +47,6 @@ def _cfg(release: Path, out: Path, fmt: str, config: str) -> RunConfig:
         batch_lines=3,
         num_cpus=2,
     )
-
-
-def _hashes(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and "index.uuid" not in p.name and "index.sqlite" not in p.name
-    }
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +79,7 @@ def runs(
     out = base / "out"
     summaries = {}
     for subset, (fmt, config, _, _) in LAYOUTS.items():
-        summaries[subset] = _run(_cfg(releases[fmt], out, fmt, config))
+        summaries[subset] = run_flow(_cfg(releases[fmt], out, fmt, config))
     return out, {"summaries": summaries, "releases": releases}
 
 
@@ -152,35 +136,9 @@ def test_media_went_through_verify_resize_and_the_store(runs: tuple[Path, dict[s
 
 
 def test_metadataset_loads_every_layout_through_the_cooker(runs: tuple[Path, dict[str, Any]]) -> None:
-    from megatron.energon import WorkerConfig, get_loader, get_train_dataset
-
-    from vlmforge.energon import ChatSample, ChatTaskEncoder
-
     out, _ = runs
-    errors: list[str] = []
-    wc = WorkerConfig(
-        rank=0,
-        world_size=1,
-        num_workers=0,
-        global_error_handler=lambda exc, *a, **k: errors.append(repr(exc)),
-    )
-    ds = get_train_dataset(
-        str(out / "energon" / "metadataset.yaml"),
-        worker_config=wc,
-        batch_size=None,
-        shuffle_buffer_size=None,
-        max_samples_per_sequence=None,
-        task_encoder=ChatTaskEncoder(),
-    )
-    ok = {r["key"]: r for r in run_query(str(out), "SELECT * FROM samples WHERE status = 'ok'").to_pylist()}
-    seen: set[str] = set()
-    for _, sample in zip(range(80), get_loader(ds), strict=False):
-        assert isinstance(sample, ChatSample)
-        row = ok[sample.__key__]
-        assert len(sample.images) == row["n_images"] and len(sample.videos) == row["n_videos"]
-        seen.add(sample.__key__)
-    assert errors == []
-    assert seen == set(ok)
+    samples, ok = load_energon_samples(out, 80)
+    assert {sample.__key__ for sample in samples} == set(ok)
 
 
 def test_stage_times_are_recorded_and_shown(runs: tuple[Path, dict[str, Any]]) -> None:
@@ -214,9 +172,9 @@ def test_plan_balance_visual_reports_the_encoder_load_ratio(runs: tuple[Path, di
 def test_rerun_reads_no_archive_and_yields_the_same_bytes(runs: tuple[Path, dict[str, Any]]) -> None:
     """Last in the module: it adds a run (the stage-times test reads the latest run)."""
     out, ctx = runs
-    before = _hashes(out / "energon" / LLAVA_CONFIG)
-    samples_before = _hashes(out / "manifests" / "samples")
-    again = _run(_cfg(ctx["releases"]["llava_video"], out, "llava_video", LLAVA_CONFIG))
+    before = tree_hashes(out / "energon" / LLAVA_CONFIG)
+    samples_before = tree_hashes(out / "manifests" / "samples")
+    again = run_flow(_cfg(ctx["releases"]["llava_video"], out, "llava_video", LLAVA_CONFIG))
     (s,) = again.subsets
     assert s.stats.skipped_batches == s.stats.batches > 0
     staging = run_query(
@@ -225,5 +183,5 @@ def test_rerun_reads_no_archive_and_yields_the_same_bytes(runs: tuple[Path, dict
         f"AND subset = '{LLAVA_CONFIG}'",
     ).to_pylist()
     assert staging == [{"skipped": 1, "bytes": 0}]
-    assert _hashes(out / "energon" / LLAVA_CONFIG) == before
-    assert _hashes(out / "manifests" / "samples") == samples_before
+    assert tree_hashes(out / "energon" / LLAVA_CONFIG) == before
+    assert tree_hashes(out / "manifests" / "samples") == samples_before
