@@ -702,6 +702,7 @@ class _ResumingStream:
             self._open_once,
             self.deadline,
             attempts_before=self._attempt,
+            cap_retry_after=True,  # as get(): a server asking for an hour's pause is left for a later run
             deadline_note=" (not retried: the batch deadline comes first)",
         )
 

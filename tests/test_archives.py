@@ -64,12 +64,6 @@ def objects(store: ContentStore) -> set[str]:
 
 
 @pytest.fixture
-def srv():
-    with HttpFixture() as s:
-        yield s
-
-
-@pytest.fixture
 def store(tmp_path: Path) -> ContentStore:
     return ContentStore(str(tmp_path / "store"))
 

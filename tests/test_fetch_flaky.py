@@ -14,11 +14,9 @@ import io
 import tarfile
 import time
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from http_fixture import Fault, Flaky, HttpFixture
 
 from vlmforge.schemas.recipes import Recipe, parse_recipe
@@ -51,12 +49,6 @@ def recipe(url: str, kind: str = "http_files", **extra: Any) -> Recipe:
     return parse_recipe(
         {"subset": "flaky", "license": "CC-BY-4.0", "sources": [{"kind": kind, "url": url, **extra}]}
     )
-
-
-@pytest.fixture
-def srv() -> Iterator[HttpFixture]:
-    with HttpFixture() as s:
-        yield s
 
 
 def check_outcomes(res: FetchResult, expected: dict[str, bytes], store: ContentStore) -> dict[str, int]:

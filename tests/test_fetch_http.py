@@ -37,12 +37,6 @@ def fast(**kw: object) -> HttpOptions:
     return HttpOptions(**(base | kw))  # type: ignore[arg-type]
 
 
-@pytest.fixture
-def srv():
-    with HttpFixture() as s:
-        yield s
-
-
 def failure(client: HttpClient, url: str, **kw: object) -> FetchError:
     with pytest.raises(FetchError) as info:
         client.get(url, **kw)  # type: ignore[arg-type]
@@ -103,6 +97,16 @@ def test_retry_after_beyond_the_cap_fails_for_this_run(srv: HttpFixture) -> None
     err = failure(HttpClient(fast(retry_after_max=5)), srv.url("/later.jpg"))
     assert err.failure == HTTP_429 and "exceeds the cap" in err.detail
     assert len(srv.requests("/later.jpg")) == 1
+
+
+def test_a_stream_also_leaves_a_retry_after_beyond_the_cap_for_a_later_run(srv: HttpFixture) -> None:
+    srv.add("/later.tar", JPEG, Fault("503", retry_after="3600"))
+    t0 = time.monotonic()
+    client = HttpClient(fast(retry_after_max=5))
+    with pytest.raises(FetchError) as info, client.stream(srv.url("/later.tar")) as body:
+        body.read()
+    assert info.value.failure == "http_5xx" and "exceeds the cap" in info.value.detail
+    assert time.monotonic() - t0 < 5
 
 
 def test_retry_after_http_date() -> None:

@@ -4,7 +4,6 @@ covered in test_catalog.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +17,8 @@ from vlmforge.tasks.storage import url_to_fs
 
 
 @pytest.fixture(scope="module")
-def s3() -> Iterator[dict[str, Any]]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield {"endpoint_url": f"http://{host}:{port}"}
-    finally:
-        server.stop()
+def s3(moto_s3: str) -> dict[str, Any]:
+    return {"endpoint_url": moto_s3}
 
 
 @pytest.fixture(scope="module")

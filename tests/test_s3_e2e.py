@@ -20,13 +20,8 @@ SUBSETS = ("photo_vqa", "video_qa")
 
 
 @pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
+def s3_endpoint(moto_s3: str) -> Iterator[str]:
+    endpoint = moto_s3
     saved = {k: os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
     # The store URL carries no options: workers find the endpoint the standard way (AWS_ENDPOINT_URL),
     # inherited from this process when the flow starts its local Ray.
@@ -41,7 +36,6 @@ def s3_endpoint() -> Iterator[str]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        server.stop()
 
 
 def test_release_and_store_on_s3(
