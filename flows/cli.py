@@ -84,7 +84,13 @@ def run(
         typer.Option("--recipes", help="folder of <subset>.yaml media recipes, before catalog/ (repeatable)"),
     ] = None,
     fetch_concurrency: Annotated[int, typer.Option(help="fetch threads per batch")] = 16,
-    fetch_per_host: Annotated[int, typer.Option(help="requests in flight per upstream host")] = 8,
+    fetch_per_host: Annotated[
+        int,
+        typer.Option(
+            help="requests in flight per upstream host across the run (the batches fetching at once split "
+            "it; each keeps at least 1)"
+        ),
+    ] = 32,
     model: Annotated[str, typer.Option(help="model preset for token counts and resize")] = "qwen2_5_vl",
     model_dir: Annotated[
         str | None, typer.Option(help="local model folder: its preprocessor_config.json overrides the preset")

@@ -85,8 +85,10 @@ def _not_disk_full(task: Any, task_run: Any, state: Any) -> bool:
     retries=2,
     retry_delay_seconds=5,
 )
-def build_batch_task(entry: SubsetEntry, index: int, n_batches: int, cfg: RunConfig) -> BatchStats:
-    return build_batch(entry, index, cfg)
+def build_batch_task(
+    entry: SubsetEntry, index: int, n_batches: int, cfg: RunConfig, host_share: int = 1
+) -> BatchStats:
+    return build_batch(entry, index, cfg, host_share=host_share)
 
 
 @task(name="gate", task_run_name="gate {entry.subset}")
@@ -124,9 +126,8 @@ def validate_task(out: str, subset: str) -> str:
     return "ok" if report.ok else "failed: " + "; ".join(report.problems[:5])
 
 
-def _window(cfg: RunConfig) -> int:
-    """Batches kept in flight: twice the cluster's CPUs, so every core stays busy while results drain and
-    the Prefect API and Ray's scheduler see a bounded number of task runs, never one per row."""
+def _cluster_cpus(cfg: RunConfig) -> int:
+    """CPUs of the Ray cluster (one batch runs per CPU), else the configured ones."""
     cpus = 0
     try:
         import ray
@@ -135,7 +136,13 @@ def _window(cfg: RunConfig) -> int:
             cpus = int(ray.cluster_resources().get("CPU", 0))
     except Exception:  # noqa: BLE001 - sizing is best effort; the configured CPUs are the fallback
         cpus = 0
-    return max(2, 2 * (cpus or cfg.num_cpus or 2))
+    return cpus or cfg.num_cpus or 2
+
+
+def _window(cpus: int) -> int:
+    """Batches kept in flight: twice the cluster's CPUs, so every core stays busy while results drain and
+    the Prefect API and Ray's scheduler see a bounded number of task runs, never one per row."""
+    return max(2, 2 * cpus)
 
 
 def _run_batches(entries: list[SubsetEntry], cfg: RunConfig) -> dict[str, BatchStats | str]:
@@ -144,7 +151,8 @@ def _run_batches(entries: list[SubsetEntry], cfg: RunConfig) -> dict[str, BatchS
     from prefect.futures import PrefectFuture, as_completed
 
     work = [(e, i) for e in entries for i in range(len(e.batch_offsets) - 1)]
-    window = _window(cfg)
+    cpus = _cluster_cpus(cfg)
+    window = _window(cpus)
     totals: dict[str, BatchStats | str] = {e.subset: BatchStats() for e in entries}
     progress.stage("batches", len(work))
     todo = iter(work)
@@ -152,7 +160,8 @@ def _run_batches(entries: list[SubsetEntry], cfg: RunConfig) -> dict[str, BatchS
 
     def submit_next() -> None:
         for e, i in todo:
-            pending[build_batch_task.submit(e, i, len(e.batch_offsets) - 1, cfg)] = e
+            # as many batches fetch at once as the cluster has CPUs: they split the per-host limits
+            pending[build_batch_task.submit(e, i, len(e.batch_offsets) - 1, cfg, cpus)] = e
             return
 
     for _ in range(window):

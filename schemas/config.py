@@ -56,7 +56,9 @@ class RunConfig(BaseModel):
     store: str | None = None
     catalogs: tuple[str, ...] = ()
     fetch_concurrency: int = Field(default=16, gt=0)
-    fetch_per_host: int = Field(default=8, gt=0)
+    # Requests in flight to one upstream host across the whole run: the batches fetching at once (one per
+    # cluster CPU) split it, each keeping at least one.
+    fetch_per_host: int = Field(default=32, gt=0)
     # Wall-clock bound of one batch's fetches: what is unfinished then ends as `timeout` (retried next run).
     fetch_batch_timeout: float | None = Field(default=3600.0, gt=0)
     model: str = "qwen2_5_vl"

@@ -152,8 +152,16 @@ class _MediaOutcome:
 class _MediaStage:
     """Resolves, verifies, normalises and stores the media of one batch (results cached per reference)."""
 
-    def __init__(self, entry: SubsetEntry, cfg: RunConfig, preset: ModelPreset, store: ContentStore) -> None:
+    def __init__(
+        self,
+        entry: SubsetEntry,
+        cfg: RunConfig,
+        preset: ModelPreset,
+        store: ContentStore,
+        host_share: int = 1,
+    ) -> None:
         self.cfg, self.preset, self.store = cfg, preset, store
+        self.host_share = host_share
         self.entry = entry
         self.resolver = MediaResolver(
             entry.path, entry.media_tars, cfg.media_roots, storage_options=entry.storage_options
@@ -179,6 +187,7 @@ class _MediaStage:
             concurrency=self.cfg.fetch_concurrency,
             http=HttpOptions(per_host=self.cfg.fetch_per_host),
             batch_timeout=self.cfg.fetch_batch_timeout,
+            host_share=self.host_share,
         )
         context = FetchContext(self.entry.path, self.entry.media_tars, self.cfg.media_roots)
         by_ref: dict[str, list[MediaRef]] = {}
@@ -427,8 +436,11 @@ def _shard_record(
     return json.dumps(doc, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
-def build_batch(entry: SubsetEntry, index: int, cfg: RunConfig, *, force: bool = False) -> BatchStats:
-    """Process batch ``index`` of ``entry`` and commit its manifest parts; skip it when already current."""
+def build_batch(
+    entry: SubsetEntry, index: int, cfg: RunConfig, *, force: bool = False, host_share: int = 1
+) -> BatchStats:
+    """Process batch ``index`` of ``entry`` and commit its manifest parts; skip it when already current.
+    ``host_share``: the batches fetching at once across the run, which split the per-host limits."""
     layout = OutputLayout(cfg.out)
     if not force:
         done = batch_is_current(layout, entry, index, cfg)
@@ -437,7 +449,7 @@ def build_batch(entry: SubsetEntry, index: int, cfg: RunConfig, *, force: bool =
     t0 = time.perf_counter()
     preset = preset_for(cfg)
     tokenizer = get_tokenizer(cfg)
-    media = _MediaStage(entry, cfg, preset, ContentStore(cfg.store_url))
+    media = _MediaStage(entry, cfg, preset, ContentStore(cfg.store_url), host_share)
     fs, path = url_to_fs(entry.jsonl, **entry.storage_options)
     start, end = entry.batch_offsets[index], entry.batch_offsets[index + 1]
     with fs.open(path, "rb") as f:

@@ -14,6 +14,7 @@ reports its counts (bytes, files/s, failures by class) in :class:`FetchStats` an
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import os
@@ -253,6 +254,13 @@ class FetchOptions:
     # it, bodies still arriving are cut there, and references not done by then end as ``timeout`` (a later
     # run retries them), so a batch never hangs on a slow or stalled host.
     batch_timeout: float | None = None
+    # Batches fetching at the same time across the run (the flow's share of the cluster). Per-host limits
+    # (``http.per_host``, a source's ``max_concurrency``) are for the whole run: each batch gets this share
+    # of them, at least one request, so a 64-CPU cluster does not open 64 x the limit to one host.
+    host_share: int = 1
+
+    def host_limit(self, limit: int) -> int:
+        return max(1, limit // max(1, self.host_share))
 
 
 @dataclass(frozen=True)
@@ -640,7 +648,8 @@ class _Batch:
         self, source: HttpFilesSource, located: dict[str, Any], pool: ThreadPoolExecutor
     ) -> dict[str, Any]:
         if source.max_concurrency:
-            _limit_host(self.client, fill(source.url, next(iter(located.values()))), source.max_concurrency)
+            first = fill(source.url, next(iter(located.values())))
+            _limit_host(self.client, first, self.options.host_limit(source.max_concurrency))
 
         def fetch_one(url: str, sink: _StoreSink) -> int:
             resp = self.client.get(
@@ -745,7 +754,7 @@ class _Batch:
                 wanted[ref] = (member, urls)
         if source.max_concurrency and wanted:
             first = next(iter(wanted.values()))[1][0]
-            _limit_host(self.client, first, source.max_concurrency)
+            _limit_host(self.client, first, self.options.host_limit(source.max_concurrency))
         # Archives in the order they are first named; each sees only the references still unresolved.
         archive_order = list(dict.fromkeys(u for _, urls in wanted.values() for u in urls))
         for url in archive_order:
@@ -1049,6 +1058,9 @@ def fetch_batch(
     options = options or FetchOptions()
     if options.concurrency < 1:
         raise ConfigError("fetch concurrency must be at least 1")
+    if options.host_share > 1:
+        per_host = options.host_limit(options.http.per_host)
+        options = dataclasses.replace(options, http=dataclasses.replace(options.http, per_host=per_host))
     client = client or shared_client(options.http)
     t0 = time.perf_counter()
     batch = _Batch(recipe, store, context or FetchContext(), client, options, expected or {})

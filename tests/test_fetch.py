@@ -219,6 +219,24 @@ def test_expected_sha256_mismatch(srv: HttpFixture, store: ContentStore) -> None
     assert fetch(["a.jpg"], recipe, store, expected={"a.jpg": good})["a.jpg"].ok
 
 
+@pytest.mark.parametrize(
+    ("per_host", "source_limit", "share", "most"), [(8, None, 4, 2), (8, 6, 3, 2), (8, None, 16, 1)]
+)
+def test_per_host_limits_are_run_wide_and_split_between_the_batches_fetching_at_once(
+    srv: HttpFixture, store: ContentStore, per_host: int, source_limit: int | None, share: int, most: int
+) -> None:
+    for i in range(12):
+        srv.add(f"/h/{i}.jpg", img(i), Fault("delay", delay=0.05))
+    extra = {"max_concurrency": source_limit} if source_limit else {}
+    recipe = make_recipe({"kind": "http_files", "url": srv.url("/h/{name}"), **extra})
+    options = FetchOptions(
+        concurrency=8, http=HttpOptions(per_host=per_host, retries=0, seed=0), host_share=share
+    )
+    res = fetch_batch([f"{i}.jpg" for i in range(12)], recipe, store, options=options)
+    assert res.stats.ok == 12
+    assert srv.max_in_flight == most  # this batch's share: the limit // the batches, at least one
+
+
 def test_large_objects_spill_to_disk_and_publish_by_rename(srv: HttpFixture, store: ContentStore) -> None:
     big = img(7) * 2000  # ~0.4 MB
     srv.add("/v/clip.mp4", big)
