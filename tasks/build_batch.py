@@ -251,7 +251,11 @@ class _MediaStage:
                 return _MediaOutcome(row, False, f"missing_media: {ref.ref}")
             data = resolved.data
             row["source"] = resolved.source
-        row |= {"sha256": sha256_bytes(data), "bytes": len(data)}
+        # a stored object's name is its sha256, hashed by the fetch as it arrived: not hashed again here
+        known = (
+            fetched.sha256 if staged is None and fetched is not None and fetched.location is None else None
+        )
+        row |= {"sha256": known or sha256_bytes(data), "bytes": len(data)}
         if ref.kind == "image":
             return self._image(row, ref, data)
         return self._video(row, ref, data)

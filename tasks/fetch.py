@@ -14,7 +14,6 @@ reports its counts (bytes, files/s, failures by class) in :class:`FetchStats` an
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import logging
 import os
@@ -28,7 +27,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -387,6 +386,7 @@ class _Batch:
         client: HttpClient,
         options: FetchOptions,
         expected: Mapping[str, str],
+        on_ready: Callable[[FetchOutcome], None] | None = None,
     ) -> None:
         self.recipe, self.store, self.context, self.client = recipe, store, context, client
         self.options, self.expected = options, expected
@@ -397,7 +397,7 @@ class _Batch:
         timeout = options.batch_timeout
         self.deadline: float | None = None if timeout is None else time.monotonic() + timeout
         self.timed_out = False  # a future was abandoned at the deadline (its thread is not waited for)
-        self.on_ready: Callable[[FetchOutcome], None] | None = None
+        self.on_ready = on_ready
         self._announced: set[str] = set()
 
     def ready(self, outcome: FetchOutcome) -> None:
@@ -1060,11 +1060,10 @@ def fetch_batch(
         raise ConfigError("fetch concurrency must be at least 1")
     if options.host_share > 1:
         per_host = options.host_limit(options.http.per_host)
-        options = dataclasses.replace(options, http=dataclasses.replace(options.http, per_host=per_host))
+        options = replace(options, http=replace(options.http, per_host=per_host))
     client = client or shared_client(options.http)
     t0 = time.perf_counter()
-    batch = _Batch(recipe, store, context or FetchContext(), client, options, expected or {})
-    batch.on_ready = on_ready
+    batch = _Batch(recipe, store, context or FetchContext(), client, options, expected or {}, on_ready)
     pool = ThreadPoolExecutor(max_workers=options.concurrency, thread_name_prefix="fetch")
     try:
         outcomes = batch.run(refs, pool)

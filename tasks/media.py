@@ -500,7 +500,8 @@ def _torch() -> Any:
 
 
 def _resize(img: Image.Image, size: tuple[int, int], resample: Image.Resampling) -> Image.Image:
-    """``img.resize(size, resample)``, with a box pre-reduction for downscales past 2 x ``_REDUCING_GAP``."""
+    """``img.resize(size, resample)``: Pillow's, with a box pre-reduction for downscales past
+    2 x ``_REDUCING_GAP``, or torch's antialiased bicubic for the other RGB and L bicubic resizes."""
     torch: Any = _torch() if _TORCH_RESIZE and resample == Image.Resampling.BICUBIC else False
     if not torch or img.mode not in ("RGB", "L") or _reduce_factors(img.size, size) != (1, 1):
         return img.resize(size, resample, reducing_gap=_REDUCING_GAP)
