@@ -4,6 +4,9 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 UV := $(VENV)/bin/uv
+# --compile-bytecode: uv, unlike pip, leaves no .pyc behind, and where PYTHONDONTWRITEBYTECODE is set (as on
+# these machines) every process then compiles torch, Ray and Prefect from source: 2.4 s instead of 1 s to
+# import torch, in each worker and each test subprocess.
 # torch: the CPU build. This machine kind carries the wheel in /opt/wheels; elsewhere it comes from
 # the PyTorch CPU index (a plain `torch` would pull a multi-GB CUDA build).
 TORCH_SOURCE := $(if $(wildcard /opt/wheels/torch-*),--find-links /opt/wheels,--extra-index-url https://download.pytorch.org/whl/cpu --index-strategy unsafe-best-match)
@@ -15,7 +18,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: requirements.lock pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check uv
-	$(UV) pip install -q --python $(PY) $(TORCH_SOURCE) -r requirements.lock
+	$(UV) pip install -q --python $(PY) --compile-bytecode $(TORCH_SOURCE) -r requirements.lock
 	$(UV) pip install -q --python $(PY) --no-deps -e .
 	touch $@
 

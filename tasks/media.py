@@ -36,6 +36,7 @@ from fractions import Fraction
 from typing import IO, Any, Literal, cast
 
 import numpy as np
+import pyarrow as pa
 from PIL import Image, UnidentifiedImageError
 from zlib_ng import zlib_ng as zlib  # the system zlib inflates and checksums PNG data 2.5x slower
 
@@ -499,21 +500,36 @@ def _torch() -> Any:
     return _torch_module
 
 
+def _pixels(img: Image.Image) -> tuple[np.ndarray, str]:
+    """``img``'s pixels as an (h, w, channels) array and the raw mode that reads them back. An RGB image is
+    viewed without a copy through Pillow's Arrow export, four bytes a pixel as Pillow stores it, when its
+    rows lie in one block (images up to Pillow's block size, 16 MB: about 4 MP); otherwise it is copied."""
+    if img.mode == "RGB":
+        try:
+            view = pa.array(img).flatten().to_numpy(zero_copy_only=True)
+        except (ValueError, pa.ArrowException):  # rows spread over several blocks
+            pass
+        else:
+            return view.reshape(img.height, img.width, 4), "RGBX"
+        return np.asarray(img), "RGB"
+    return np.asarray(img)[..., None], "L"
+
+
 def _resize(img: Image.Image, size: tuple[int, int], resample: Image.Resampling) -> Image.Image:
     """``img.resize(size, resample)``: Pillow's, with a box pre-reduction for downscales past
     2 x ``_REDUCING_GAP``, or torch's antialiased bicubic for the other RGB and L bicubic resizes."""
     torch: Any = _torch() if _TORCH_RESIZE and resample == Image.Resampling.BICUBIC else False
     if not torch or img.mode not in ("RGB", "L") or _reduce_factors(img.size, size) != (1, 1):
         return img.resize(size, resample, reducing_gap=_REDUCING_GAP)
-    pixels = torch.from_numpy(np.asarray(img))
-    planes = pixels.permute(2, 0, 1) if img.mode == "RGB" else pixels[None]  # channels-last view, no copy
-    out = torch.nn.functional.interpolate(
-        planes[None], size=(size[1], size[0]), mode="bicubic", antialias=True
-    )[0].numpy()
-    if img.mode == "L":
-        return Image.fromarray(out[0])
-    # three contiguous planes: merging them is cheaper than transposing the tensor back to pixels
-    return Image.merge("RGB", [Image.fromarray(plane) for plane in out])
+    pixels, rawmode = _pixels(img)
+    channels = pixels.shape[2]
+    # channels-last in and out, the layout the vectorised uint8 kernel works in: with four channels it
+    # neither unpacks the input nor packs the output, and Pillow reads the result back with one row copy
+    out = torch.empty((1, channels, size[1], size[0]), dtype=torch.uint8, memory_format=torch.channels_last)
+    torch.ops.aten._upsample_bicubic2d_aa.out(
+        torch.from_numpy(pixels).permute(2, 0, 1)[None], [size[1], size[0]], False, None, None, out=out
+    )
+    return Image.frombytes(img.mode, size, out[0].permute(1, 2, 0).numpy(), "raw", rawmode)
 
 
 @dataclass(frozen=True)

@@ -61,8 +61,11 @@ def is_local(fs: AbstractFileSystem) -> bool:
     return protocol in ("file", "local")
 
 
-def atomic_write_bytes(fs: AbstractFileSystem, path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see the old file or the whole new one, never a part."""
+def atomic_write_bytes(fs: AbstractFileSystem, path: str, data: bytes, *, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` so readers see the old file or the whole new one, never a part.
+    ``durable``: the data reach the disk before the rename, so a power loss cannot leave an empty file under
+    the final name (a local write; object stores publish a PUT atomically). Skip that only for what a reader
+    validates and can rebuild."""
     parent = path.rsplit("/", 1)[0]
     if is_local(fs):
         tmp = f"{parent}/{TMP_MARK}{uuid.uuid4().hex}-{path.rsplit('/', 1)[-1]}"
@@ -70,8 +73,9 @@ def atomic_write_bytes(fs: AbstractFileSystem, path: str, data: bytes) -> None:
             os.makedirs(parent, exist_ok=True)
             with open(tmp, "wb") as f:
                 f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+                if durable:
+                    f.flush()
+                    os.fsync(f.fileno())
             os.replace(tmp, path)
         except BaseException as exc:
             # A part written up to a full disk would keep its space and linger under its temporary name.
@@ -178,9 +182,13 @@ class ContentStore:
         return entry
 
     def record(self, key: str, entry: dict[str, Any]) -> None:
-        """Map upstream locator ``key`` to a stored object (written after the object, atomically)."""
+        """Map upstream locator ``key`` to a stored object (written after the object, atomically). Not
+        synced to disk: an entry lost or emptied by a power loss fails ``lookup``'s checks and costs one
+        refetch of an object that is stored already; the sync would cost a disk flush per object."""
         payload = {"upstream": key} | entry
-        atomic_write_bytes(self.fs, self._index_path(key), json.dumps(payload, sort_keys=True).encode())
+        atomic_write_bytes(
+            self.fs, self._index_path(key), json.dumps(payload, sort_keys=True).encode(), durable=False
+        )
 
     @contextmanager
     def lock(self, name: str) -> Iterator[None]:

@@ -132,6 +132,25 @@ def test_each_upstream_object_is_fetched_once_across_subsets(srv: HttpFixture, s
     assert second["other/1.jpg"].cached
 
 
+@pytest.mark.parametrize("damage", [b"", b'{"upstream": "elsewhere"', b'{"upstream": "x", "sha256": "00"}'])
+def test_a_damaged_upstream_index_entry_costs_one_refetch_and_nothing_else(
+    srv: HttpFixture, store: ContentStore, damage: bytes
+) -> None:
+    # index entries are not synced to disk (one flush per object saved): a power loss may leave one empty
+    # or stale, and lookup must then fall back to fetching the object again, never trust the entry
+    srv.add("/d/1.jpg", img(1))
+    recipe = make_recipe({"kind": "http_files", "url": srv.url("/d/{name}")})
+    first = fetch(["1.jpg"], recipe, store)["1.jpg"]
+    (entry,) = [p for p in Path(store.root).rglob("*.json") if "1.jpg" in p.read_text()]
+    entry.write_bytes(damage.replace(b'"x"', f'"{srv.url("/d/1.jpg")}"'.encode()))
+    again = fetch(["1.jpg"], recipe, store)["1.jpg"]
+    assert srv.completed("/d/1.jpg") == 2
+    assert (again.status, again.sha256, again.cached) == ("ok", first.sha256, False)
+    assert store.get(again.sha256) == img(1)
+    third = fetch(["1.jpg"], recipe, store)["1.jpg"]  # the entry was written again, whole
+    assert third.cached and srv.completed("/d/1.jpg") == 2
+
+
 def test_failures_are_outcomes_and_stats(srv: HttpFixture, store: ContentStore) -> None:
     srv.add("/i/ok.jpg", img(1))
     srv.add("/i/gone.jpg", img(2), Fault("404"))

@@ -1081,6 +1081,27 @@ def test_resize_gives_the_pixels_the_model_processor_would(
     assert np.array_equal(np.asarray(decode(exact.out_bytes or b"")), expected)
 
 
+@pytest.mark.parametrize(
+    ("mode", "size", "rawmode"),
+    [("RGB", (1500, 1000), "RGBX"), ("RGB", (2600, 1700), "RGB"), ("L", (1500, 1000), "L")],
+    ids=["rgb-viewed", "rgb-over-one-block-copied", "grey"],
+)
+def test_torch_resize_matches_pillow_for_every_pixel_layout(
+    mode: str, size: tuple[int, int], rawmode: str
+) -> None:
+    # RGB pixels are handed to torch four bytes a pixel without a copy when Pillow holds them in one block
+    # (up to 16 MB), and copied otherwise; both, and greyscale, must give Pillow's bicubic pixels
+    from vlmforge.tasks import media
+
+    src = photo(*size, seed=5).convert(mode)
+    assert media._pixels(src)[1] == rawmode
+    t_h, t_w = smart_resize(size[1], size[0])
+    out = media._resize(src, (t_w, t_h), Image.Resampling.BICUBIC)
+    assert (out.mode, out.size) == (mode, (t_w, t_h))
+    diff = np.abs(np.asarray(out).astype(int) - np.asarray(src.resize((t_w, t_h))).astype(int))
+    assert diff.max() <= 2 and diff.mean() < 0.01, (diff.max(), diff.mean())
+
+
 def test_lanczos_resize_is_pillows() -> None:
     src = photo(1500, 1000, seed=12)
     data = encode(src, "PNG")
