@@ -1058,9 +1058,7 @@ def fetch_batch(
     options = options or FetchOptions()
     if options.concurrency < 1:
         raise ConfigError("fetch concurrency must be at least 1")
-    if options.host_share > 1:
-        per_host = options.host_limit(options.http.per_host)
-        options = replace(options, http=replace(options.http, per_host=per_host))
+    options = replace(options, http=replace(options.http, per_host=options.host_limit(options.http.per_host)))
     client = client or shared_client(options.http)
     t0 = time.perf_counter()
     batch = _Batch(recipe, store, context or FetchContext(), client, options, expected or {}, on_ready)
