@@ -7,7 +7,8 @@
 The manifests are written as zstd Parquet parts of 1M rows under a temporary OUT (one subset, ``big``),
 like the pipeline writes them, and every run reads them from disk.
 
-* **vlmforge** (:func:`vlmforge.tasks.gate.run_gate` on the Parquet parts): DuckDB aggregates every row of
+* **vlmforge** (:func:`vlmforge.tasks.gate.check.run_gate` on the Parquet parts): DuckDB aggregates every
+  row of
   the manifests into the suite profiles, Great Expectations validates the profiles (samples, media and
   drift suites, all expectations).
 * **peer**: Great Expectations 1.x's pandas engine row by row, the way the gate worked before (the
@@ -35,7 +36,7 @@ import pyarrow.parquet as pq
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 
 from vlmforge.schemas.manifests import MEDIA, SAMPLES  # noqa: E402
-from vlmforge.tasks.gate import ManifestParts, run_gate  # noqa: E402
+from vlmforge.tasks.gate.check import ManifestParts, run_gate  # noqa: E402
 from vlmforge.tasks.manifests import OutputLayout  # noqa: E402
 
 SUBSET = "big"

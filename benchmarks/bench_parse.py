@@ -38,8 +38,8 @@ from typing import Any
 import fsspec
 
 from vlmforge.schemas.records import MediaRef, Message, Part, Record, Reject
-from vlmforge.tasks.catalog import scan_subset_jsonl
-from vlmforge.tasks.parse import parse_batch
+from vlmforge.tasks.catalog.scan import scan_subset_jsonl
+from vlmforge.tasks.parse.records import parse_batch
 
 WORDS = (
     "the a chart shows value of total year revenue page table figure document what is in image left right "
@@ -313,8 +313,8 @@ def run(path: Path, batch_lines: int) -> list[tuple[str, float, int]]:
 def _rss_child(mode: str, path: str) -> int:
     code = (
         "import resource, sys, fsspec\n"
-        "from vlmforge.tasks.parse import iter_records\n"
-        "from vlmforge.tasks.catalog import scan_subset_jsonl\n"
+        "from vlmforge.tasks.parse.records import iter_records\n"
+        "from vlmforge.tasks.catalog.scan import scan_subset_jsonl\n"
         f"mode, path = {mode!r}, {path!r}\n"
         "if mode == 'parse':\n"
         "    n = sum(1 for _ in iter_records(path))\n"

@@ -149,7 +149,7 @@ def _drop_caches_hint() -> None:
 def bench_write(
     samples: list[dict[str, Any]], files: Path, out: Path, shard_bytes: int, fsync: bool
 ) -> dict[str, float]:
-    import vlmforge.tasks.shards as shards
+    import vlmforge.tasks.publish.shards as shards
 
     prepare_time = 0.0
     original = shards._run_prepare
@@ -303,7 +303,7 @@ def _mb_s(row: dict[str, float]) -> float:
 
 
 def main() -> None:
-    from vlmforge.tasks.shards import default_prepare_workers, parse_size
+    from vlmforge.tasks.publish.shards import default_prepare_workers, parse_size
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

@@ -114,7 +114,7 @@ def _count_texts(tok: Any, texts: list[str]) -> list[int]:
 
 
 def _count_rows(preset: Any, tok: Any, rows: list[Any], sizes: list[Any]) -> list[Any]:
-    from vlmforge.tasks.tokens import count_sample_tokens
+    from vlmforge.tasks.tokens.count import count_sample_tokens
 
     return [count_sample_tokens(r, preset, tok, s, []) for r, s in zip(rows, sizes, strict=True)]
 
@@ -136,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from vlmforge.schemas.presets import load_preset
-    from vlmforge.tasks.plan import first_fit_decreasing
-    from vlmforge.tasks.tokens import (
+    from vlmforge.tasks.ops.plan import first_fit_decreasing
+    from vlmforge.tasks.tokens.count import (
         TextTokenizer,
         image_tokens,
         image_tokens_batch,

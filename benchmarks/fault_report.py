@@ -1,10 +1,11 @@
 """The fault figures of issue 11 as one table: kill points, survived, rows lost, faults injected, bytes equal.
 
-    python benchmarks/fault_report.py                     # runs tests/test_faults.py, then prints the table
+    python benchmarks/fault_report.py                     # runs the fault tests, then prints the table
     python benchmarks/fault_report.py --json FILE         # prints the figures a test run already wrote
     VLMFORGE_FAULT_KILLS_PER_STAGE=8 python benchmarks/fault_report.py   # more kill points (5 stages)
 
-The tests (``tests/test_faults.py``) write their figures to the JSON file named by ``VLMFORGE_FAULT_REPORT``;
+The tests (``tests/reliability/test_faults.py``) write their figures to the JSON file named by
+``VLMFORGE_FAULT_REPORT``;
 without ``--json`` this script runs them with that variable set to a temporary file (they need root for the
 disk-full case, which mounts a size-limited tmpfs, and skip it otherwise). ``--markdown`` prints the table as
 Markdown for the README's reliability section.
@@ -35,7 +36,7 @@ def run_tests(report: Path, extra: list[str]) -> int:
         "-p",
         "no:cacheprovider",
         "-s",
-        "tests/test_faults.py",
+        "tests/reliability/test_faults.py",
         *extra,
     ]
     return subprocess.run(cmd, cwd=ROOT, env=env, check=False).returncode

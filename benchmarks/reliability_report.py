@@ -18,7 +18,12 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TESTS = ["tests/test_hostile.py", "tests/test_fuzz.py", "tests/test_fetch_flaky.py", "tests/test_secrets.py"]
+TESTS = [
+    "tests/reliability/test_hostile.py",
+    "tests/reliability/test_fuzz.py",
+    "tests/fetch/test_fetch_flaky.py",
+    "tests/reliability/test_secrets.py",
+]
 
 
 class _Outcomes:
@@ -71,7 +76,7 @@ def main() -> int:
     fuzz = sys.modules.get("test_fuzz")
     flaky = sys.modules.get("test_fetch_flaky")
     print()
-    print("## Bad and hostile input (tests/test_hostile.py)\n")
+    print("## Bad and hostile input (tests/reliability/test_hostile.py)\n")
     results = list(getattr(hostile, "RESULTS", []))
     rows = []
     for r in results:
@@ -106,7 +111,7 @@ def main() -> int:
             ],
         )
     )
-    print("\n## Fuzzing (tests/test_fuzz.py, hypothesis)\n")
+    print("\n## Fuzzing (tests/reliability/test_fuzz.py, hypothesis)\n")
     counts: dict[str, int] = dict(getattr(fuzz, "COUNTS", {}))
     print(
         _table(
@@ -117,7 +122,7 @@ def main() -> int:
     print(
         f"\nexamples per property: {os.environ.get('VLMFORGE_FUZZ_EXAMPLES', '200')} (VLMFORGE_FUZZ_EXAMPLES)"
     )
-    print("\n## Flaky upstream (tests/test_fetch_flaky.py)\n")
+    print("\n## Flaky upstream (tests/reliability/test_fetch_flaky.py)\n")
     figures: dict[str, dict[str, Any]] = dict(getattr(flaky, "FIGURES", {}))
     rows = []
     for name, f in figures.items():

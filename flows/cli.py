@@ -16,8 +16,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from vlmforge.flows.runtime import apply_quiet_env
-from vlmforge.tasks.errors import VlmforgeError
+from ..tasks.errors import VlmforgeError
+from .runtime import apply_quiet_env
 
 apply_quiet_env()
 
@@ -132,10 +132,10 @@ def run(
     num_cpus: Annotated[int | None, typer.Option(help="CPUs for the local Ray")] = None,
 ) -> None:
     """Catalog, parse, verify media, count tokens, gate and write Energon shards."""
-    from vlmforge.schemas.config import RunConfig
-    from vlmforge.tasks.catalog import parse_storage_options
-    from vlmforge.tasks.refresh import parse_license_allow
-    from vlmforge.tasks.shards import parse_size
+    from ..schemas.config import RunConfig
+    from ..tasks.catalog.refresh import parse_license_allow
+    from ..tasks.catalog.scan import parse_storage_options
+    from ..tasks.publish.shards import parse_size
 
     try:
         cfg = RunConfig(
@@ -180,12 +180,12 @@ def run(
         )
     except Exception as exc:  # pydantic ValidationError: say which option and why
         raise typer.BadParameter(str(exc)) from None
-    from vlmforge.flows.pipeline import run_release
-    from vlmforge.flows.runtime import LoopbackRayTaskRunner, embedded_runtime
-    from vlmforge.schemas.presets import load_preset
+    from ..schemas.presets import load_preset
+    from .pipeline import run_release
+    from .runtime import LoopbackRayTaskRunner, embedded_runtime
 
     load_preset(cfg.model, cfg.model_dir)  # an unknown model fails before any service starts
-    from vlmforge.flows.progress import terminal_progress
+    from .progress import terminal_progress
 
     for name in ("prefect.flow_runs", "prefect.task_runs"):
         logging.getLogger(name).addFilter(_OwnErrorsWithoutTraceback())
@@ -210,7 +210,7 @@ class _OwnErrorsWithoutTraceback(logging.Filter):
 
 
 def print_summary(summary: object) -> None:
-    from vlmforge.flows.pipeline import RunSummary
+    from .pipeline import RunSummary
 
     assert isinstance(summary, RunSummary)
     t = Table(title=f"vlmforge run {summary.run_id} ({summary.seconds:.1f} s) -> {summary.out}")
@@ -258,7 +258,7 @@ def query(
     fmt: Annotated[str, typer.Option("--format", help="table | csv | json")] = "table",
 ) -> None:
     """Run DuckDB SQL over a run's manifests."""
-    from vlmforge.tasks.query import run_query
+    from ..tasks.ops.query import run_query
 
     table = run_query(out, sql)
     if fmt == "json":
@@ -284,7 +284,7 @@ def sample_release(
     overwrite: Annotated[bool, typer.Option(help="replace dest if it exists")] = False,
 ) -> None:
     """Build the small sample release (real photos and a real video from scikit-image, plus bad input)."""
-    from vlmforge.sample_release import build_sample_release
+    from ..tasks.ops.sample_release import build_sample_release
 
     rel = build_sample_release(dest, overwrite=overwrite)
     console.print(f"sample release: {rel.root} ({len(rel.subsets)} subsets, {rel.total_lines} lines)")
@@ -292,7 +292,7 @@ def sample_release(
 
 def _register_commands() -> None:
     # One module per command family keeps this file about `run`; each adds its commands to `app`.
-    from vlmforge.flows import cli_catalog, cli_energon, cli_quality, cli_recipe, cli_server, cli_tokens
+    from . import cli_catalog, cli_energon, cli_quality, cli_recipe, cli_server, cli_tokens
 
     for module in (cli_catalog, cli_recipe, cli_tokens, cli_energon, cli_quality, cli_server):
         module.register(app)

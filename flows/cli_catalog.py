@@ -50,7 +50,7 @@ StorageOpt = Annotated[
 def _catalog(
     release: str, subsets: list[str] | None, storage_option: list[str] | None, recipes: str | None, batch: int
 ) -> list[Any]:
-    from vlmforge.tasks.catalog import catalog_release, parse_storage_options, recipe_fingerprints_from_dir
+    from ..tasks.catalog.scan import catalog_release, parse_storage_options, recipe_fingerprints_from_dir
 
     options = parse_storage_options(storage_option)
     fingerprints = None
@@ -159,11 +159,11 @@ def register(app: typer.Typer) -> None:
         dry_run: Annotated[bool, typer.Option(help="print what would change, do nothing")] = False,
     ) -> None:
         """Rerun only subsets whose README, license, JSONL or media recipe changed; unpublish removed ones."""
-        from vlmforge.tasks.refresh import parse_license_allow
+        from ..tasks.catalog.refresh import parse_license_allow
 
         allow = parse_license_allow(license_allow)
         if dry_run:  # the plan only: no Prefect, no Ray
-            from vlmforge.flows.ops import plan_release_refresh
+            from .ops import plan_release_refresh
 
             entries = _catalog(release, None, storage_option, recipes, 2000)
             _print_plan(
@@ -192,10 +192,10 @@ def _apply(
     retry_unpublished: bool,
 ) -> None:
     """Run the ``refresh_release`` flow: catalog, plan, unpublish, rerun the changed subsets, metadataset."""
-    from vlmforge.flows.ops import refresh_release
-    from vlmforge.flows.runtime import embedded_runtime
-    from vlmforge.schemas.config import StorageOptions
-    from vlmforge.tasks.catalog import parse_storage_options
+    from ..schemas.config import StorageOptions
+    from ..tasks.catalog.scan import parse_storage_options
+    from .ops import refresh_release
+    from .runtime import embedded_runtime
 
     options = parse_storage_options(storage_option)
     with embedded_runtime():
@@ -209,7 +209,7 @@ def _apply(
         )
     _print_plan(release, out, result.plan)
     if result.summary is not None:
-        from vlmforge.flows.cli import print_summary
+        from .cli import print_summary
 
         print_summary(result.summary)
     if result.failed:

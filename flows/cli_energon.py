@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
         ] = 512,
     ) -> None:
         """Write a MetadatasetV2 training blend over the published subsets and print its shares."""
-        from vlmforge.tasks.mix import format_mix, parse_count, write_mix
+        from ..tasks.ops.mix import format_mix, parse_count, write_mix
 
         allow = [item.strip() for raw in license_allow or [] for item in raw.split(",") if item.strip()]
         plan = write_mix(
@@ -88,7 +88,7 @@ def register(app: typer.Typer) -> None:
         """Load every dataset back through megatron-energon and the cooker; compare with the manifests.
 
         Exits 1 with a report naming each mismatch."""
-        from vlmforge.tasks.validate import format_reports, validate_output
+        from ..tasks.publish.validate import format_reports, validate_output
 
         reports = validate_output(
             out, subset or None, sample_limit=sample, num_workers=workers, checksums=checksums

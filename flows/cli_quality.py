@@ -32,10 +32,10 @@ def quality(
     from rich.markup import escape
     from rich.table import Table
 
-    from vlmforge.tasks.errors import ConfigError
-    from vlmforge.tasks.gate import SUITES
-    from vlmforge.tasks.manifests import OutputLayout
-    from vlmforge.tasks.quality import load_run, quality_rows
+    from ..tasks.errors import ConfigError
+    from ..tasks.gate.check import SUITES
+    from ..tasks.gate.results import load_run, quality_rows
+    from ..tasks.manifests import OutputLayout
 
     if fmt not in ("table", "json"):
         raise ConfigError(f"--format {fmt!r}: expected table or json")

@@ -33,9 +33,9 @@ def init(
     force: Annotated[bool, typer.Option(help="overwrite an existing file")] = False,
 ) -> None:
     """Draft SUBSET's recipe from its README's URLs (status: draft, for a person to review)."""
-    from vlmforge.tasks.errors import OutputError
-    from vlmforge.tasks.recipe_init import draft_recipe
-    from vlmforge.tasks.storage import atomic_write_text
+    from ..tasks.catalog.recipe_init import draft_recipe
+    from ..tasks.errors import OutputError
+    from ..tasks.storage import atomic_write_text
 
     draft = draft_recipe(release, subset)
     if out is None:
@@ -50,7 +50,7 @@ def init(
 @recipe_app.command("check")
 def check(paths: Annotated[list[Path], typer.Argument(help="recipe files")]) -> None:
     """Validate recipe files; each error names the file, the field path and the value."""
-    from vlmforge.tasks.fetch import load_recipe
+    from ..tasks.fetch.acquire import load_recipe
 
     for p in paths:
         r = load_recipe(p)
@@ -64,7 +64,7 @@ def list_recipes(
     ] = None,
 ) -> None:
     """The recipes vlmforge would use, per subset, with their license and sources."""
-    from vlmforge.tasks.fetch import builtin_catalog_dir, load_recipe
+    from ..tasks.fetch.acquire import builtin_catalog_dir, load_recipe
 
     seen: set[str] = set()
     for folder in [*(catalog or []), builtin_catalog_dir()]:

@@ -41,7 +41,7 @@ def server_command(port: int) -> list[str]:
 
 def server_env() -> dict[str, str]:
     """This environment with Prefect's and Ray's telemetry off (always, whatever the caller set)."""
-    from vlmforge.flows.runtime import QUIET_ENV
+    from .runtime import QUIET_ENV
 
     env = os.environ.copy() | QUIET_ENV
     env["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
@@ -62,7 +62,7 @@ def server(
     console = Console(stderr=True)
     head = None
     if ray:
-        from vlmforge.flows.ops import start_ray_head
+        from .ops import start_ray_head
 
         head = start_ray_head(num_cpus=num_cpus, env={"PREFECT_API_URL": f"http://127.0.0.1:{port}/api"})
         console.print(f"Ray head on {head.address}: start workers with RAY_ADDRESS={head.address}")

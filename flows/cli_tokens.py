@@ -99,8 +99,8 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     ) -> None:
         """Visual tokens of images and videos of given sizes, as one sample of MODEL (no files needed)."""
-        from vlmforge.schemas.presets import load_preset
-        from vlmforge.tasks.tokens import image_tokens, sample_video_frames, video_tokens
+        from ..schemas.presets import load_preset
+        from ..tasks.tokens.count import image_tokens, sample_video_frames, video_tokens
 
         if frames_mode not in ("uniform", "truncate"):
             raise typer.BadParameter(f"--frames-mode must be uniform or truncate, got {frames_mode!r}")
@@ -183,7 +183,7 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     ) -> None:
         """Pack the ok samples first-fit-decreasing into SEQ_LEN sequences; write the plan manifest."""
-        from vlmforge.tasks.plan import build_plan
+        from ..tasks.ops.plan import build_plan
 
         if seq_len <= 0 or pad_multiple <= 0:
             raise typer.BadParameter("--seq-len and --pad-multiple must be > 0")
@@ -258,7 +258,7 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     ) -> None:
         """Per-subset samples, media and token statistics, plus a self-contained HTML report with plots."""
-        from vlmforge.tasks.stats import write_stats_report
+        from ..tasks.ops.stats import write_stats_report
 
         report = write_stats_report(out, html, subset)
         if as_json:

@@ -28,15 +28,15 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
-from vlmforge.flows.pipeline import RunSummary, run_release
-from vlmforge.flows.runtime import QUIET_ENV, RAY_BOOTSTRAP, LoopbackRayTaskRunner, _free_port
-from vlmforge.schemas.config import RunConfig, StorageOptions
-from vlmforge.schemas.records import SubsetEntry
-from vlmforge.tasks.errors import OutputError
-from vlmforge.tasks.manifests import OutputLayout
-from vlmforge.tasks.mix import MixPlan
-from vlmforge.tasks.refresh import RefreshPlan, SubsetChange
-from vlmforge.tasks.validate import ValidationReport, published_subsets
+from ..schemas.config import RunConfig, StorageOptions
+from ..schemas.records import SubsetEntry
+from ..tasks.catalog.refresh import RefreshPlan, SubsetChange
+from ..tasks.errors import OutputError
+from ..tasks.manifests import OutputLayout
+from ..tasks.ops.mix import MixPlan
+from ..tasks.publish.validate import ValidationReport, published_subsets
+from .pipeline import RunSummary, run_release
+from .runtime import QUIET_ENV, RAY_BOOTSTRAP, LoopbackRayTaskRunner, _free_port
 
 __all__ = [
     "RayHead",
@@ -94,7 +94,7 @@ def plan_release_refresh(
     retry_unpublished: bool = False,
 ) -> RefreshPlan:
     """The refresh plan of ``entries`` against ``out``'s last run; disallowed published subsets come out."""
-    from vlmforge.tasks.refresh import plan_refresh, read_previous_catalog, split_by_license
+    from ..tasks.catalog.refresh import plan_refresh, read_previous_catalog, split_by_license
 
     kept, excluded = split_by_license(entries, license_allow)
     previous = read_previous_catalog(OutputLayout(out))
@@ -119,7 +119,7 @@ def refresh_config(
     overrides: Mapping[str, Any] | None = None,
 ) -> RunConfig:
     """A refresh's run options: the last run's (reruns are built like the rest), then ``overrides``."""
-    from vlmforge.tasks.refresh import last_run_options
+    from ..tasks.catalog.refresh import last_run_options
 
     fields = RunConfig.model_fields
     options: dict[str, Any] = {
@@ -161,7 +161,7 @@ def catalog_task(
     release: str, storage_options: dict[str, Any] | None = None, recipes: str | None = None
 ) -> list[SubsetEntry]:
     """Hashes, rows, license and sources of every subset (no media)."""
-    from vlmforge.tasks.catalog import catalog_release, recipe_fingerprints_from_dir
+    from ..tasks.catalog.scan import catalog_release, recipe_fingerprints_from_dir
 
     fingerprints = None
     if recipes:  # every recipe of the folder; fingerprints of subsets the release lacks are ignored
@@ -171,14 +171,14 @@ def catalog_task(
 
 @task(name="unpublish", task_run_name="unpublish {subset}")
 def unpublish_task(out: str, subset: str) -> bool:
-    from vlmforge.tasks.refresh import unpublish_subset
+    from ..tasks.catalog.refresh import unpublish_subset
 
     return unpublish_subset(OutputLayout(out), subset)
 
 
 @task(name="publish-metadataset", task_run_name="publish metadataset of {out}")
 def publish_metadataset_task(out: str) -> str | None:
-    from vlmforge.tasks.publish import publish_metadataset
+    from ..tasks.publish.publish import publish_metadataset
 
     return publish_metadataset(OutputLayout(out))
 
@@ -201,7 +201,7 @@ def refresh_release(
     The reruns use the last run's options (``runs/<run>.json``), updated by ``overrides``; ``license_allow``
     (SPDX ids or globs) takes subsets under other licenses out. A Prefect artifact lists every decision.
     """
-    from vlmforge.tasks.refresh import parse_license_allow
+    from ..tasks.catalog.refresh import parse_license_allow
 
     logger = get_run_logger()
     allow = parse_license_allow(license_allow)
@@ -248,7 +248,7 @@ def write_mix_task(
     max_tokens: int | None,
     max_open_files: int,
 ) -> MixPlan:
-    from vlmforge.tasks.mix import write_mix
+    from ..tasks.ops.mix import write_mix
 
     return write_mix(
         out,
@@ -295,7 +295,7 @@ def mix_flow(
     max_open_files: int = 512,
 ) -> dict[str, Any]:
     """``vlmforge mix`` as a flow: write ``OUT/energon/<name>.yaml`` over the published subsets."""
-    from vlmforge.tasks.mix import format_mix, parse_count
+    from ..tasks.ops.mix import format_mix, parse_count
 
     allow = [item.strip() for raw in license_allow or [] for item in raw.split(",") if item.strip()]
     plan = write_mix_task(
@@ -322,7 +322,7 @@ def mix_flow(
 def validate_subset_task(
     out: str, subset: str, sample_limit: int | None, num_workers: int, checksums: bool | None
 ) -> ValidationReport:
-    from vlmforge.tasks.validate import validate_subset
+    from ..tasks.publish.validate import validate_subset
 
     return validate_subset(
         out, subset, sample_limit=sample_limit, num_workers=num_workers, checksums=checksums
@@ -331,7 +331,7 @@ def validate_subset_task(
 
 @task(name="validate-blends", task_run_name="validate blends of {out}")
 def validate_blends_task(out: str) -> list[ValidationReport]:
-    from vlmforge.tasks.validate import validate_blend
+    from ..tasks.publish.validate import validate_blend
 
     reports = []
     for path in sorted(Path(OutputLayout(out).energon).glob("*.yaml")):

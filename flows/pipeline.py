@@ -15,23 +15,28 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
-from vlmforge.flows import progress
-from vlmforge.flows.runtime import LoopbackRayTaskRunner
-from vlmforge.schemas.config import RunConfig
-from vlmforge.schemas.records import SubsetEntry
-from vlmforge.tasks.build_batch import BatchStats, build_batch
-from vlmforge.tasks.catalog import catalog_release, recipe_fingerprint, release_revision
-from vlmforge.tasks.errors import ReleaseError
-from vlmforge.tasks.fetch import find_recipe
-from vlmforge.tasks.gate import GateResult, ShardsGateFailed, gate_subset, load_overrides, shards_check
-from vlmforge.tasks.manifests import OutputLayout, remove_parts_from
-from vlmforge.tasks.publish import PublishResult, publish_metadataset, publish_subset
-from vlmforge.tasks.quality import build_data_docs, load_run, quality_markdown, record_gate, record_run
-from vlmforge.tasks.refresh import catalog_columns, read_previous_catalog, split_by_license, write_subsets_row
-from vlmforge.tasks.sources import StagedRelease, stage_source
-from vlmforge.tasks.stats import RUN_WIDE, StageTime, batch_stage_times, write_stage_times
-from vlmforge.tasks.storage import ContentStore, OutputFullError, atomic_write_bytes
-from vlmforge.tasks.validate import validate_subset
+from ..schemas.config import RunConfig
+from ..schemas.records import SubsetEntry
+from ..tasks.batch.build import BatchStats, build_batch
+from ..tasks.catalog.layouts import StagedRelease, stage_source
+from ..tasks.catalog.refresh import (
+    catalog_columns,
+    read_previous_catalog,
+    split_by_license,
+    write_subsets_row,
+)
+from ..tasks.catalog.scan import catalog_release, recipe_fingerprint, release_revision
+from ..tasks.errors import ReleaseError
+from ..tasks.fetch.acquire import find_recipe
+from ..tasks.gate.check import GateResult, ShardsGateFailed, gate_subset, load_overrides, shards_check
+from ..tasks.gate.results import build_data_docs, load_run, quality_markdown, record_gate, record_run
+from ..tasks.manifests import OutputLayout, remove_parts_from
+from ..tasks.ops.stats import RUN_WIDE, StageTime, batch_stage_times, write_stage_times
+from ..tasks.publish.publish import PublishResult, publish_metadataset, publish_subset
+from ..tasks.publish.validate import validate_subset
+from ..tasks.storage import ContentStore, OutputFullError, atomic_write_bytes
+from . import progress
+from .runtime import LoopbackRayTaskRunner
 
 
 @dataclass
@@ -301,7 +306,7 @@ def failures_markdown(summary: RunSummary) -> str:
         if s.error or not s.published:
             lines.append(f"- **{s.subset}** not published: {(s.error or s.gate)[:300]}")
     try:
-        from vlmforge.tasks.query import connect
+        from ..tasks.ops.query import connect
 
         con = connect(summary.out)
         rows = con.execute(

@@ -18,7 +18,7 @@ def _mask_secret_options(self: BaseModel, options: dict[str, Any]) -> dict[str, 
 
     Registered on each model with ``field_serializer(...)(_mask_secret_options)`` (pydantic reads the ``self``
     parameter as "a method of the model")."""
-    from vlmforge.tasks.catalog import redact_storage_options
+    from ..tasks.catalog.scan import redact_storage_options
 
     return redact_storage_options(options)
 

@@ -14,8 +14,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from vlmforge.schemas.manifests import TABLES
-from vlmforge.tasks.storage import atomic_write_bytes, url_to_fs
+from ..schemas.manifests import TABLES
+from .storage import atomic_write_bytes, url_to_fs
 
 FINGERPRINT_KEY = b"vlmforge.fingerprint"
 STATS_KEY = b"vlmforge.stats"

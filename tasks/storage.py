@@ -23,7 +23,7 @@ from typing import Any
 import fsspec
 from fsspec import AbstractFileSystem
 
-from vlmforge.tasks.errors import OutputError
+from .errors import OutputError
 
 TMP_MARK = ".tmp-"
 # Store sub-folders besides the <sha[:2]>/ object folders (names longer than two characters never clash).

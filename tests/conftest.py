@@ -48,7 +48,7 @@ def prefect_harness() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def sample_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from vlmforge.sample_release import build_sample_release
+    from vlmforge.tasks.ops.sample_release import build_sample_release
 
     return build_sample_release(tmp_path_factory.mktemp("release") / "sample").root
 
@@ -105,7 +105,7 @@ def load_energon_samples(out: str | Path, limit: int) -> tuple[list[Any], dict[s
     from megatron.energon import WorkerConfig, get_loader, get_train_dataset
 
     from vlmforge.energon import ChatSample, ChatTaskEncoder
-    from vlmforge.tasks.query import run_query
+    from vlmforge.tasks.ops.query import run_query
 
     errors: list[str] = []
     wc = WorkerConfig(

@@ -1,0 +1,156 @@
+"""Draft a media recipe for a subset from its README's URLs, for a person to review.
+
+The draft lists the release's own media first (when the subset ships any), then one source per URL the
+README names that looks like a media location: archives (``.zip``/``.tar*``), Hugging Face dataset repos,
+S3 buckets, GitHub repositories, and plain folders. It quotes a few of the subset's references so the
+reviewer can write the ``match``/``member`` templates, and is written with ``status: draft``: the fetch
+stage refuses it until the reviewer sets ``status: ready``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from ...schemas.recipes import parse_recipe
+from ..errors import ReleaseError
+from ..parse.records import MEDIA_TYPES
+from ..storage import url_to_fs
+from .scan import detect_license
+
+_URL = re.compile(r"""(?:https?|s3)://[^\s<>()\[\]"'`]+""")
+_ARCHIVE = re.compile(r"\.(zip|tar|tgz|tar\.gz|tar\.bz2|tar\.xz)$", re.IGNORECASE)
+_HF = re.compile(
+    r"^https?://huggingface\.co/datasets/([\w.-]+/[\w.-]+)(?:/(?:tree|resolve|blob)/([^/]+)/?(.*))?"
+)
+_GITHUB = re.compile(
+    r"^https?://github\.com/([\w.-]+/[\w.-]+?)(?:\.git)?(?:/(?:tree|blob)/([^/]+)/?(.*))?/?$"
+)
+_S3_HTTP = re.compile(r"^https?://([a-z0-9.-]+)\.s3[.-]?(?:[a-z0-9-]+\.)?amazonaws\.com/(.*)$")
+
+
+@dataclass(frozen=True)
+class Draft:
+    subset: str
+    text: str  # the YAML to write
+    urls: tuple[str, ...]  # every URL the README names
+    sample_refs: tuple[str, ...]
+
+
+def readme_urls(readme: str) -> list[str]:
+    """URLs named in a README, in order, without duplicates or trailing punctuation."""
+    return list(dict.fromkeys(u.rstrip(".,;:") for u in _URL.findall(readme)))
+
+
+def source_for_url(url: str) -> dict[str, Any] | None:
+    """A recipe source drafted from one URL, or None when the URL does not look like a media location."""
+    m = _HF.match(url)
+    if m:
+        path = m.group(3) or ""
+        src: dict[str, Any] = {"kind": "hf", "repo": m.group(1), "revision": m.group(2) or "main"}
+        if _ARCHIVE.search(path):
+            return {
+                "kind": "archive",
+                "url": f"hf://datasets/{m.group(1)}@{src['revision']}/{path}",
+                "member": "{ref}",
+            }
+        src["path"] = f"{path.rstrip('/')}/{{ref}}" if path else "{ref}"
+        return src
+    if _ARCHIVE.search(url.split("?", 1)[0]):
+        return {"kind": "archive", "url": url, "member": "{ref}"}
+    if url.startswith("s3://"):
+        return {"kind": "s3", "url": f"{url.rstrip('/')}/{{name}}", "anon": True}
+    m = _S3_HTTP.match(url)
+    if m:
+        prefix = m.group(2).rstrip("/")
+        return {
+            "kind": "s3",
+            "url": f"s3://{m.group(1)}/{prefix + '/' if prefix else ''}{{name}}",
+            "anon": True,
+        }
+    m = _GITHUB.match(url)
+    if m:
+        branch, path = m.group(2) or "main", (m.group(3) or "").rstrip("/")
+        base = f"https://raw.githubusercontent.com/{m.group(1)}/{branch}/"
+        return {
+            "kind": "http_files",
+            "url": base + (f"{path}/" if path else "") + "{ref}",
+            "max_concurrency": 4,
+        }
+    if url.endswith("/"):
+        return {"kind": "http_files", "url": url + "{ref}"}
+    return None
+
+
+def sample_refs(fs: Any, jsonl: str, limit: int = 5, max_lines: int = 2000) -> list[str]:
+    """The first few media references of a JSONL (bad lines skipped)."""
+    refs: list[str] = []
+    with fs.open(jsonl, "rb") as f:
+        for i, raw in enumerate(f):
+            if i >= max_lines or len(refs) >= limit:
+                break
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                continue
+            for msg in obj.get("messages", []) if isinstance(obj, dict) else []:
+                content = msg.get("content") if isinstance(msg, dict) else None
+                for part in content if isinstance(content, list) else []:
+                    kind = part.get("type") if isinstance(part, dict) else None
+                    if kind in MEDIA_TYPES and isinstance(part.get(kind), str) and len(refs) < limit:
+                        refs.append(part[kind])
+    return list(dict.fromkeys(refs))
+
+
+def draft_recipe(release: str, subset: str) -> Draft:
+    """Draft the recipe of ``subset`` in ``release`` (a folder or fsspec URL)."""
+    fs, root = url_to_fs(release)
+    folder = f"{root}/{subset}"
+    jsonl = f"{folder}/{subset}.jsonl"
+    if not fs.exists(jsonl):
+        raise ReleaseError(f"{subset!r} is not a subset of {release!r} (no {subset}/{subset}.jsonl)")
+    readme = ""
+    if fs.exists(f"{folder}/README.md"):
+        readme = fs.cat_file(f"{folder}/README.md").decode("utf-8", errors="replace")
+    license_id, license_text = detect_license(readme)
+    urls = readme_urls(readme)
+    refs = sample_refs(fs, jsonl)
+    sources: list[dict[str, Any]] = [{"kind": "release_tar"}, {"kind": "local"}]
+    for url in urls:
+        src = source_for_url(url)
+        if src is not None and src not in sources:
+            sources.append(src)
+    data: dict[str, Any] = {
+        "subset": subset,
+        "status": "draft",
+        "title": None,
+        "upstream": next((u for u in urls if source_for_url(u) is None), urls[0] if urls else None),
+        "license": license_id,
+        "license_url": None,
+        "license_note": license_text,
+        "notes": "Drafted from README.md by `vlmforge recipe init`: check every source, fill match/member "
+        "templates against the sample references, pin revisions, then set status: ready.",
+        "sources": sources,
+    }
+    parse_recipe(data)  # the draft must validate as it is written
+    header = [
+        f"# DRAFT media recipe for {subset}, written by `vlmforge recipe init` from {subset}/README.md.",
+        "# Review it: sources are tried in order for each reference; templates use {ref} {name} {stem} {ext}",
+        "# {dir} and the named groups of `match`. The fetch stage refuses it until `status: ready`.",
+        "#",
+        "# Sample references from the JSONL:",
+        *[f"#   {r}" for r in refs or ["(none found in the first lines)"]],
+    ]
+    skipped = [u for u in urls if source_for_url(u) is None]
+    if skipped:
+        header += [
+            "#",
+            "# Other URLs in the README (not drafted as sources):",
+            *[f"#   {u}" for u in skipped],
+        ]
+    body = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=110)
+    return Draft(subset, "\n".join(header) + "\n" + body, tuple(urls), tuple(refs))

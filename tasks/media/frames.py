@@ -1,0 +1,152 @@
+"""Sampled video frames written as images (``--video-mode frames``).
+
+A video in frames mode reaches a shard as the frames the model's sampler picks, each already turned upright
+(rotation metadata applied) and resized to the size the model's video processor would give it, encoded as
+images. Training then loads images only: no video decoder, no resize, no seek at training time.
+
+:func:`sample_frames` does the work in ONE decode pass: it is
+:func:`vlmforge.tasks.media.image.probe_video` (the
+same verification, rejects, pixel limit and wall-clock limit) with a frame hook that converts each sampled
+frame as it is decoded, so at most one decoded frame is held at a time. :func:`model_frame_size` gives the
+per-frame size for a model preset (qwen-vl-utils / Qwen3 video processor rules in ``tasks/tokens.py``).
+
+Pure functions over bytes; no I/O, no orchestration imports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from PIL import Image
+
+from ...schemas.presets import ModelPreset
+from ..tokens.count import video_tokens
+from .image import SampledFrame, VideoResult, encode_image, probe_video
+
+__all__ = ["FrameSize", "VideoFrames", "frame_part_names", "model_frame_size", "sample_frames"]
+
+#: ``frame_size(n_sampled, height, width) -> (H, W)``: the output size of every frame of a video whose
+#: displayed size is ``height`` x ``width`` and of which ``n_sampled`` frames are taken.
+FrameSize = Callable[[int, int, int], tuple[int, int]]
+FrameFormat = Literal["keep", "jpeg", "png", "webp"]
+
+_EXT = {"jpeg": "jpg", "png": "png", "webp": "webp"}
+# clockwise rotation -> the transpose that shows the frame upright
+_UPRIGHT = {90: Image.Transpose.ROTATE_270, 180: Image.Transpose.ROTATE_180, 270: Image.Transpose.ROTATE_90}
+
+
+@dataclass(frozen=True)
+class VideoFrames:
+    """Outcome of :func:`sample_frames`.
+
+    ``video`` is the probe result (status, reason, metadata, ``sampled_indices``); ``frames`` holds one
+    encoded image per sampled index, in the same order, all ``width`` x ``height`` and upright. Rejects have
+    no frames.
+    """
+
+    video: VideoResult
+    frames: tuple[bytes, ...]
+    ext: str | None
+    width: int
+    height: int
+
+    @property
+    def status(self) -> str:
+        return self.video.status
+
+    @property
+    def reason(self) -> str | None:
+        return self.video.reason
+
+
+def frame_part_names(index: int, count: int, ext: str) -> list[str]:
+    """Tar part names of the frames of media item ``index``: ``<index>.<k:04d>.<ext>``.
+
+    Energon splits a member name at its first dot, so ``<key>.2.0007.jpg`` is part ``2.0007.jpg`` of sample
+    ``<key>``; the zero-padded frame number keeps lexical order (tar listings, sorted part names) equal to
+    frame order (presets sample at most 768 frames)."""
+    return [f"{index}.{k:04d}.{ext}" for k in range(count)]
+
+
+def model_frame_size(preset: ModelPreset, *, video_max_pixels: int | None = None) -> FrameSize:
+    """The per-frame size ``preset``'s video processor gives ``n_sampled`` frames of ``height`` x ``width``.
+
+    Qwen2/2.5: qwen-vl-utils ``fetch_video`` (per-frame cap from the token limits and the total budget over
+    the frames, capped by ``video_max_pixels``); Qwen3: the processor's all-frame budget. Frames stored at
+    this size are left unchanged by the model's processor, so token counts of frames and of the video
+    agree."""
+
+    def size(n_sampled: int, height: int, width: int) -> tuple[int, int]:
+        # the indices only feed Qwen3's timestamp text, never the size
+        tokens = video_tokens(
+            preset,
+            n_sampled,
+            height,
+            width,
+            indices=range(n_sampled),
+            video_fps=1.0,
+            max_pixels=video_max_pixels,
+        )
+        return tokens.resized_height, tokens.resized_width
+
+    return size
+
+
+def sample_frames(
+    data: bytes,
+    *,
+    choose_frames: Callable[[int, float], list[int]],
+    frame_size: FrameSize,
+    image_format: FrameFormat = "jpeg",
+    jpeg_quality: int = 92,
+    timeout_s: float = 60.0,
+    max_frame_pixels: int = 100_000_000,
+) -> VideoFrames:
+    """Verify the video like :func:`probe_video` and return its sampled frames as encoded images.
+
+    Each frame is decoded once, turned upright, resized with BICUBIC to ``frame_size(n, h, w)`` (displayed
+    size) and encoded as ``image_format`` (``keep`` means JPEG). A ValueError from ``frame_size`` (e.g. a
+    video too short or too elongated for the model) is a ``frame_selection`` reject. Never raises for bad
+    input; the wall-clock limit covers decoding and encoding.
+    """
+    fmt: Literal["jpeg", "png", "webp"] = "jpeg" if image_format == "keep" else image_format
+    encoded: list[bytes] = []
+    size: list[tuple[int, int]] = []
+    size_error: list[str] = []
+
+    def on_frame(sampled: SampledFrame) -> None:
+        img = sampled.frame.to_image()
+        if sampled.rotation in _UPRIGHT:
+            img = img.transpose(_UPRIGHT[sampled.rotation])
+        if not size:
+            try:
+                size.append(frame_size(sampled.count, img.height, img.width))
+            except ValueError as exc:
+                size_error.append(f"{type(exc).__name__}: {exc}")
+                raise _FrameSizeError from exc
+        out_h, out_w = size[0]
+        if img.size != (out_w, out_h):
+            img = img.resize((out_w, out_h), Image.Resampling.BICUBIC)  # as the Qwen video processors
+        encoded.append(encode_image(img, fmt, jpeg_quality))
+
+    video = probe_video(
+        data,
+        choose_frames=choose_frames,
+        timeout_s=timeout_s,
+        max_frame_pixels=max_frame_pixels,
+        on_frame=on_frame,
+    )
+    if size_error and video.status != "ok":
+        video = replace(video, reason="frame_selection", detail=size_error[0])
+    if video.status != "ok":
+        return VideoFrames(video=video, frames=(), ext=None, width=0, height=0)
+    if len(encoded) != len(video.sampled_indices):  # pragma: no cover - probe_video calls the hook per index
+        raise RuntimeError(f"{len(encoded)} frames for {len(video.sampled_indices)} sampled indices")
+    out_h, out_w = size[0] if size else (0, 0)
+    return VideoFrames(video=video, frames=tuple(encoded), ext=_EXT[fmt], width=out_w, height=out_h)
+
+
+class _FrameSizeError(Exception):
+    pass

@@ -1,0 +1,212 @@
+"""Publish stage: turn one subset's committed manifests into its Energon dataset, then record the shards.
+
+Reads the ok samples' records in line order and hands them to the shard writer with their media as
+:class:`~vlmforge.tasks.publish.shards.MediaPart` (size and ``out_sha256`` from the ``media`` table, bytes
+read from
+the content store only when their shard is written, so a resumed publish skips finished shards without
+reading them). The writer publishes the dataset atomically. Then the ``shards`` table is written and each
+``samples`` part gets its ``shard`` column filled; a key that an earlier batch already used becomes a
+``duplicate_key`` reject there (within a batch, ``build_batch`` already rejects it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..manifests import (
+    FINGERPRINT_KEY,
+    STATS_KEY,
+    OutputLayout,
+    part_metadata,
+    read_records,
+    read_table,
+    write_part,
+)
+from ..storage import ContentStore
+from .shards import MediaPart, ShardSample, write_energon_dataset, write_metadataset
+
+
+@dataclass
+class PublishResult:
+    subset: str
+    samples: int
+    shards: int
+    bytes: int
+    path: str
+    #: shards kept from an interrupted earlier publish of the same samples (identical bytes)
+    reused_shards: int = 0
+    #: ok samples turned into ``duplicate_key`` rejects because an earlier batch already used their key
+    duplicates: int = 0
+
+
+def _media_index(layout: OutputLayout, subset: str) -> dict[tuple[int, int], list[tuple[str, int]]]:
+    """(line, index) -> [(sha256, bytes)] of the stored object(s) of every media part of ``subset``: one for
+    an image or a kept video, one per frame for ``--video-mode frames``."""
+    media = read_table(layout, "media", subset)
+    columns = [media[c].to_pylist() for c in ("line", "index", "out_sha256", "out_bytes")]
+    if "frame_sha256" in media.column_names:
+        columns += [media["frame_sha256"].to_pylist(), media["frame_bytes"].to_pylist()]
+    else:
+        columns += [[None] * media.num_rows] * 2
+    index: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    for ln, ix, sha, size, frame_shas, frame_sizes in zip(*columns, strict=True):
+        if frame_shas:
+            index[(ln, ix)] = list(zip(frame_shas, frame_sizes, strict=True))
+        elif sha and size is not None:
+            index[(ln, ix)] = [(sha, size)]
+    return index
+
+
+def _shard_samples(
+    layout: OutputLayout, subset: str, duplicates: dict[int, str], store_url: str | None = None
+) -> Iterator[ShardSample]:
+    """The subset's ok samples in line order, media as :class:`MediaPart` read from the store on demand.
+
+    A key already used by an earlier line (two batches whose ids sanitise alike) is not written: its line
+    goes into ``duplicates`` with a ``duplicate_key`` reason, as :func:`build_batch` does within a batch.
+    """
+    samples = read_table(layout, "samples", subset)
+    ok = samples.filter(pc.equal(samples["status"], "ok"))
+    split_by_line = dict(zip(ok["line"].to_pylist(), ok["split"].to_pylist(), strict=True))
+    store = ContentStore(store_url or layout.store)
+    media_index = _media_index(layout, subset)
+    first_line: dict[str, int] = {}
+    for line, text in sorted(read_records(layout, subset)):
+        split = split_by_line.get(line)
+        if split is None:  # a record part from a batch whose samples part was replaced since
+            continue
+        doc = json.loads(text)
+        key = doc["vlmforge"]["key"]
+        if key in first_line:
+            duplicates[line] = f"duplicate_key: {key} already used by line {first_line[key]}"
+            continue
+        first_line[key] = line
+        media: list[MediaPart] = []
+        for msg in doc["messages"]:
+            for part in msg["content"]:
+                if isinstance(part, dict) and part.get("type") in ("image", "video"):
+                    names = part["frames"] if "frames" in part else [part["part"]]
+                    objects = media_index[(line, part["index"])]
+                    for name, (sha, size) in zip(names, objects, strict=True):
+                        media.append(
+                            MediaPart(name=name, size=size, sha256=sha, load=partial(store.get, sha))
+                        )
+        yield ShardSample(key=key, split=split, json=doc, media=tuple(media))
+
+
+def publish_subset(
+    layout: OutputLayout,
+    subset: str,
+    *,
+    shard_max_bytes: int,
+    shard_max_samples: int,
+    store: str | None = None,
+    check: Callable[[Path], None] | None = None,
+) -> PublishResult:
+    """Write ``energon/<subset>`` from the manifests; record shards and fill ``samples.shard``.
+
+    ``store`` is the content store holding the media (default ``OUT/store``); ``check`` validates the
+    staged dataset before it replaces the published one (see :func:`write_energon_dataset`).
+    """
+    dest = f"{layout.energon}/{subset}"
+    duplicates: dict[int, str] = {}
+    result = write_energon_dataset(
+        _shard_samples(layout, subset, duplicates, store),
+        Path(dest),
+        subset=subset,
+        shard_max_bytes=shard_max_bytes,
+        shard_max_samples=shard_max_samples,
+        check=check,
+    )
+    shard_rows = [
+        {
+            "subset": subset,
+            "shard": s.shard,
+            "split": s.split,
+            "samples": s.samples,
+            "bytes": s.bytes,
+            "sha256": s.sha256,
+        }
+        for s in result.shards
+    ]
+    write_part(layout, "shards", subset, 0, shard_rows)
+    shard_of_key = _shard_of_key(Path(dest))
+    for path in layout.parts("samples", subset):
+        _fill_shards(layout, subset, path, shard_of_key, duplicates)
+    return PublishResult(
+        subset=subset,
+        samples=result.samples,
+        shards=len(result.shards),
+        bytes=sum(s.bytes for s in result.shards),
+        path=dest,
+        reused_shards=result.reused_shards,
+        duplicates=len(duplicates),
+    )
+
+
+def _shard_of_key(dest: Path) -> dict[str, str]:
+    listing = json.loads((dest / "vlmforge-shards.json").read_text())
+    return {key: entry["shard"] for entry in listing for key in entry["keys"]}
+
+
+def _fill_shards(
+    layout: OutputLayout, subset: str, path: str, shard_of_key: dict[str, str], duplicates: dict[int, str]
+) -> None:
+    meta = part_metadata(layout, path) or {}
+    with layout.fs.open(path, "rb") as f:
+        tbl = pq.read_table(f)
+    rows = tbl.to_pylist()
+    stats = json.loads(meta[STATS_KEY]) if STATS_KEY in meta else None
+    changed = False
+    for row in rows:
+        reason = duplicates.get(row["line"]) if row["status"] == "ok" else None
+        if reason is not None:
+            row.update(status="rejected", reason=reason, key=None, split=None)
+            changed = True
+            if stats is not None:  # keep the committed batch stats (read back on resume) consistent
+                stats["ok"] = stats.get("ok", 0) - 1
+                stats["rejected"] = stats.get("rejected", 0) + 1
+                for name, column in (("images", "n_images"), ("videos", "n_videos")):
+                    stats[name] = stats.get(name, 0) - (row[column] or 0)
+                for name in ("text_tokens", "visual_tokens"):
+                    stats[name] = stats.get(name, 0) - (row[name] or 0)
+        shard = shard_of_key.get(row["key"]) if row["key"] else None
+        if shard != row["shard"]:
+            row["shard"] = shard
+            changed = True
+    if not changed:
+        return
+    fp = meta.get(FINGERPRINT_KEY)
+    write_part(
+        layout,
+        "samples",
+        subset,
+        int(path.rsplit("part-", 1)[1][:5]),
+        rows,
+        fingerprint=fp.decode() if fp else None,
+        stats=stats,
+    )
+
+
+def publish_metadataset(layout: OutputLayout) -> str | None:
+    """Rewrite ``energon/metadataset.yaml`` over every published subset (weights proportional to samples)."""
+    root = Path(layout.energon)
+    if not root.is_dir():
+        return None
+    weights: dict[str, float] = {}
+    for d in sorted(root.iterdir()):
+        listing = d / "vlmforge-shards.json"
+        if d.is_dir() and not d.name.startswith(".") and listing.is_file():
+            n = sum(e["samples"] for e in json.loads(listing.read_text()) if e["split"] == "train")
+            if n:
+                weights[d.name] = float(n)
+    if not weights:
+        return None
+    return str(write_metadataset(root, weights))

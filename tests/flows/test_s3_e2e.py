@@ -1,0 +1,74 @@
+"""The whole flow with the release *and* the media store on S3 (moto's server on 127.0.0.1), the way
+workers on several machines share them: Ray workers read the JSONL and write media objects over s3://, the
+shards are built from the store and load back through megatron-energon."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vlmforge.schemas.config import RunConfig
+from vlmforge.tasks.manifests import OutputLayout, read_table
+from vlmforge.tasks.publish.validate import validate_subset
+
+pytestmark = pytest.mark.slow
+SUBSETS = ("photo_vqa", "video_qa")
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint(moto_s3: str) -> Iterator[str]:
+    endpoint = moto_s3
+    saved = {k: os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    # The store URL carries no options: workers find the endpoint the standard way (AWS_ENDPOINT_URL),
+    # inherited from this process when the flow starts its local Ray.
+    os.environ.update(
+        AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing-secret"
+    )
+    try:
+        yield endpoint
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def test_release_and_store_on_s3(
+    prefect_harness: None, sample_release: Path, s3_endpoint: str, tmp_path: Path
+) -> None:
+    import s3fs
+
+    from vlmforge.flows.pipeline import run_release
+    from vlmforge.flows.runtime import embedded_runtime
+
+    fs = s3fs.S3FileSystem(endpoint_url=s3_endpoint)
+    fs.mkdir("release-bucket")
+    fs.mkdir("store-bucket")
+    for subset in SUBSETS:
+        fs.put(str(sample_release / subset), f"release-bucket/v3/{subset}", recursive=True)
+    cfg = RunConfig(
+        release="s3://release-bucket/v3",
+        storage_options={"endpoint_url": s3_endpoint},
+        store="s3://store-bucket/media",
+        out=str(tmp_path / "out"),
+    )
+    with embedded_runtime():
+        summary = run_release(cfg)
+    assert summary.failed == []
+    assert all(s.validation == "ok" for s in summary.subsets)
+    assert not (tmp_path / "out" / "store").exists()  # every media object went to the shared store
+    layout = OutputLayout(cfg.out)
+    stored: set[Any] = set()
+    for subset in SUBSETS:
+        media = read_table(layout, "media", subset).to_pylist()
+        assert media and all(m["status"] == "ok" for m in media)
+        stored |= {m["out_sha256"] for m in media}
+        assert validate_subset(cfg.out, subset).ok
+    fs.invalidate_cache()
+    names = {p.rsplit("/", 1)[-1] for p in fs.find("store-bucket/media")}
+    assert stored <= names
