@@ -140,65 +140,88 @@ def _frames_tensor(images: list[Any]) -> Any:
 
 
 def _cook(sample: dict, frames: bool) -> ChatSample:
+    record = _record(sample)
+    parts = media_part_names(sample)
+    _check_extensions(sample, parts)
+    messages = copy.deepcopy(record.get("messages", []))
+    linked = _link_media(sample, messages, frames)
+    _check_all_referenced(sample, parts, linked.referenced)
+    return ChatSample(
+        **basic_sample_keys(sample),
+        messages=messages,
+        images=[v for _i, v in sorted(linked.images, key=lambda t: t[0])],
+        videos=[v for _i, v in sorted(linked.videos, key=lambda t: t[0])],
+        record=record,
+        parts=parts,
+    )
+
+
+def _record(sample: dict) -> dict:
+    """The json part as a dict (``decoder = None`` keeps raw bytes)."""
     raw_record: Any = sample["json"]
-    if isinstance(raw_record, bytes | str):  # decoder = None keeps raw bytes
+    if isinstance(raw_record, bytes | str):
         raw_record = json.loads(raw_record)
     if not isinstance(raw_record, dict):
         raise ValueError(f"json part of {sample.get('__key__')!r} is not an object")
-    record: dict = raw_record
+    return raw_record
 
-    parts = media_part_names(sample)
+
+def _check_extensions(sample: dict, parts: list[str]) -> None:
     for name in parts:
         ext = _extension(name)
         if ext not in IMAGE_EXTENSIONS and ext not in AV_EXTENSIONS:
             raise ValueError(f"sample {sample.get('__key__')!r}: unsupported media part {name!r}")
 
-    messages = copy.deepcopy(record.get("messages", []))
-    images: list[tuple[int, Any]] = []
-    videos: list[tuple[int, Any]] = []
-    referenced: list[str] = []
+
+class _Linked:
+    """Media values put into the messages: (part order, value) of images and videos, part names used."""
+
+    def __init__(self) -> None:
+        self.images: list[tuple[int, Any]] = []
+        self.videos: list[tuple[int, Any]] = []
+        self.referenced: list[str] = []
+
+
+def _link_media(sample: dict, messages: list, frames: bool) -> _Linked:
+    """Replace every linked content part's media entry (``part[part["type"]]``) by its decoded value."""
+    linked = _Linked()
     for message in messages:
         content = message.get("content") if isinstance(message, dict) else None
         if not isinstance(content, list):
             continue
         for item in content:
-            if not isinstance(item, dict) or not ("part" in item or "frames" in item):
-                continue
-            # A video stored as frames (``--video-mode frames``) names one image part per sampled frame.
-            names = item["frames"] if "frames" in item else [item["part"]]
-            for name in names:
-                if name not in sample or _part_index(name) is None:
-                    raise ValueError(
-                        f"sample {sample.get('__key__')!r}: record references missing part {name!r}"
-                    )
-            if "frames" in item:
-                stored = [sample[name] for name in names]
-                value = _frames_tensor(stored) if frames else stored
-            else:
-                value = sample[names[0]]
-                if frames and _extension(names[0]) in AV_EXTENSIONS:
-                    value = decode_video_frames(value, item)
-            kind = str(item.get("type", "media"))
-            item[kind] = value
-            order = _part_index(names[0]) or 0
-            (videos if kind == "video" or _extension(names[0]) in AV_EXTENSIONS else images).append(
-                (order, value)
-            )
-            referenced += names
+            if isinstance(item, dict) and ("part" in item or "frames" in item):
+                _link_item(sample, item, frames, linked)
+    return linked
+
+
+def _link_item(sample: dict, item: dict, frames: bool, linked: _Linked) -> None:
+    # A video stored as frames (``--video-mode frames``) names one image part per sampled frame.
+    names = item["frames"] if "frames" in item else [item["part"]]
+    for name in names:
+        if name not in sample or _part_index(name) is None:
+            raise ValueError(f"sample {sample.get('__key__')!r}: record references missing part {name!r}")
+    if "frames" in item:
+        stored = [sample[name] for name in names]
+        value = _frames_tensor(stored) if frames else stored
+    else:
+        value = sample[names[0]]
+        if frames and _extension(names[0]) in AV_EXTENSIONS:
+            value = decode_video_frames(value, item)
+    kind = str(item.get("type", "media"))
+    item[kind] = value
+    order = _part_index(names[0]) or 0
+    is_video = kind == "video" or _extension(names[0]) in AV_EXTENSIONS
+    (linked.videos if is_video else linked.images).append((order, value))
+    linked.referenced += names
+
+
+def _check_all_referenced(sample: dict, parts: list[str], referenced: list[str]) -> None:
     unreferenced = sorted(set(parts) - set(referenced))
     if unreferenced:
         raise ValueError(
             f"sample {sample.get('__key__')!r}: media parts not referenced by the record: {unreferenced}"
         )
-
-    return ChatSample(
-        **basic_sample_keys(sample),
-        messages=messages,
-        images=[v for _i, v in sorted(images, key=lambda t: t[0])],
-        videos=[v for _i, v in sorted(videos, key=lambda t: t[0])],
-        record=record,
-        parts=parts,
-    )
 
 
 @stateless

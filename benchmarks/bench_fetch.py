@@ -138,10 +138,11 @@ def _vlmforge_batch(args: tuple[list[str], str, int, int]) -> tuple[int, int]:
     and stored as soon as it has arrived (tasks/build_batch.py does the same)."""
     urls, store_dir, max_pixels, threads = args
     from vlmforge.schemas.recipes import parse_recipe
-    from vlmforge.tasks.fetch.acquire import FetchOptions, FetchStream, read_outcome
+    from vlmforge.tasks.fetch.acquire import FetchStream, read_outcome
+    from vlmforge.tasks.fetch.options import FetchOptions
     from vlmforge.tasks.media.image import process_image
     from vlmforge.tasks.storage import ContentStore, sha256_bytes
-    from vlmforge.tasks.tokens.count import smart_resize
+    from vlmforge.tasks.tokens.resize import smart_resize
 
     base = urls[0].rsplit("/", 1)[0]
     recipe = parse_recipe(
@@ -207,7 +208,8 @@ def zip_range_read(srv: object, jpegs: list[bytes], fraction: float, tmp: Path) 
     from http_fixture import HttpFixture
 
     from vlmforge.schemas.recipes import parse_recipe
-    from vlmforge.tasks.fetch.acquire import FetchOptions, fetch_batch
+    from vlmforge.tasks.fetch.acquire import fetch_batch
+    from vlmforge.tasks.fetch.options import FetchOptions
     from vlmforge.tasks.storage import ContentStore
 
     assert isinstance(srv, HttpFixture)

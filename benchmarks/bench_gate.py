@@ -36,7 +36,8 @@ import pyarrow.parquet as pq
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 
 from vlmforge.schemas.manifests import MEDIA, SAMPLES  # noqa: E402
-from vlmforge.tasks.gate.check import ManifestParts, run_gate  # noqa: E402
+from vlmforge.tasks.gate.check import run_gate  # noqa: E402
+from vlmforge.tasks.gate.profiles import ManifestParts  # noqa: E402
 from vlmforge.tasks.manifests import OutputLayout  # noqa: E402
 
 SUBSET = "big"

@@ -189,7 +189,7 @@ def make_videos(folder: Path, n: int) -> list[Path]:
 
 
 def smart_resize(height: int, width: int, max_pixels: int) -> tuple[int, int]:
-    from vlmforge.tasks.tokens.count import smart_resize as sr
+    from vlmforge.tasks.tokens.resize import smart_resize as sr
 
     return sr(height, width, FACTOR, MIN_PIXELS, max_pixels)
 
@@ -228,7 +228,7 @@ _VLMFORGE_WORKER = (
     + """
 import json, sys, time
 from vlmforge.tasks.media.image import process_image
-from vlmforge.tasks.tokens.count import smart_resize
+from vlmforge.tasks.tokens.resize import smart_resize
 spec = json.load(open(sys.argv[1]))
 max_pixels, fmt = spec["max_pixels"], spec["image_format"]
 target = lambda h, w: smart_resize(h, w, 28, 3136, max_pixels)
@@ -291,7 +291,7 @@ _RSS_VLMFORGE = (
     + """
 import json, resource, sys, time
 from vlmforge.tasks.media.image import process_image
-from vlmforge.tasks.tokens.count import smart_resize
+from vlmforge.tasks.tokens.resize import smart_resize
 max_pixels = int(sys.argv[2])
 data = open(sys.argv[1], "rb").read()
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -329,7 +329,7 @@ _VIDEO_WORKER = (
     + """
 import json, sys, time
 from vlmforge.schemas.presets import load_preset
-from vlmforge.tasks.media.image import probe_video
+from vlmforge.tasks.media.video import probe_video
 from vlmforge.tasks.tokens.count import sample_video_frames
 from vlmforge.tasks.media.frames import model_frame_size, sample_frames
 preset = load_preset("qwen2_5_vl")

@@ -149,10 +149,11 @@ def _drop_caches_hint() -> None:
 def bench_write(
     samples: list[dict[str, Any]], files: Path, out: Path, shard_bytes: int, fsync: bool
 ) -> dict[str, float]:
-    import vlmforge.tasks.publish.shards as shards
+    import vlmforge.tasks.publish.dataset as dataset
+    from vlmforge.tasks.publish.samples import MediaPart, ShardSample
 
     prepare_time = 0.0
-    original = shards._run_prepare
+    original = dataset.run_prepare
 
     def timed(*args: Any, **kwargs: Any) -> None:
         nonlocal prepare_time
@@ -163,22 +164,22 @@ def bench_write(
     def items() -> Any:
         for s in samples:
             media = tuple(
-                shards.MediaPart(name=name, size=size, sha256=sha, load=path.read_bytes)
+                MediaPart(name=name, size=size, sha256=sha, load=path.read_bytes)
                 for name, path, size, sha in s["parts"]
             )
-            yield shards.ShardSample(key=s["key"], split="train", json=s["record"], media=media)
+            yield ShardSample(key=s["key"], split="train", json=s["record"], media=media)
 
     dest = out / ("durable" if fsync else "cached") / "bench"
     _drop_caches_hint()
-    shards._run_prepare = timed  # type: ignore[assignment]
+    dataset.run_prepare = timed  # type: ignore[assignment]
     try:
         t0 = time.perf_counter()
-        result = shards.write_energon_dataset(
+        result = dataset.write_energon_dataset(
             items(), dest, subset="bench", shard_max_bytes=shard_bytes, shard_max_samples=10**9, fsync=fsync
         )
         total = time.perf_counter() - t0
     finally:
-        shards._run_prepare = original  # type: ignore[assignment]
+        dataset.run_prepare = original  # type: ignore[assignment]
     return {
         "seconds": total - prepare_time,
         "prepare": prepare_time,
@@ -303,7 +304,8 @@ def _mb_s(row: dict[str, float]) -> float:
 
 
 def main() -> None:
-    from vlmforge.tasks.publish.shards import default_prepare_workers, parse_size
+    from vlmforge.tasks.publish.prepare import default_prepare_workers
+    from vlmforge.tasks.publish.rolling import parse_size
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

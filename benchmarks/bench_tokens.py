@@ -136,13 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from vlmforge.schemas.presets import load_preset
-    from vlmforge.tasks.ops.plan import first_fit_decreasing
-    from vlmforge.tasks.tokens.count import (
-        TextTokenizer,
-        image_tokens,
-        image_tokens_batch,
-        render_chat,
-    )
+    from vlmforge.tasks.ops.plan.ffd import first_fit_decreasing
+    from vlmforge.tasks.tokens.count import image_tokens, image_tokens_batch
+    from vlmforge.tasks.tokens.text import TextTokenizer, render_chat
 
     preset = load_preset("qwen2_5_vl")
     tok = TextTokenizer.builtin_qwen2()

@@ -134,14 +134,14 @@ def run(
     """Catalog, parse, verify media, count tokens, gate and write Energon shards."""
     from ..schemas.config import RunConfig
     from ..tasks.catalog.refresh import parse_license_allow
-    from ..tasks.catalog.scan import parse_storage_options
-    from ..tasks.publish.shards import parse_size
+    from ..tasks.catalog.storage_options import parse_storage_options
+    from ..tasks.publish.rolling import parse_size
 
     try:
-        cfg = RunConfig(
+        cfg = RunConfig.of(
             release=release,
             out=out,
-            source_format=source_format,  # type: ignore[arg-type]
+            source_format=source_format,
             source_configs=tuple(config or ()),
             subsets=tuple(subset or ()),
             media_roots=tuple(media_root or ()),
@@ -159,15 +159,15 @@ def run(
             min_pixels=min_pixels,
             max_num_images=max_num_images,
             max_num_frames=max_num_frames,
-            frames_mode=frames_mode,  # type: ignore[arg-type]
+            frames_mode=frames_mode,
             max_visual_tokens=max_visual_tokens,
             seq_len=seq_len,
-            seq_len_mode=seq_len_mode,  # type: ignore[arg-type]
+            seq_len_mode=seq_len_mode,
             min_image_side=min_image_side,
-            video_mode=video_mode,  # type: ignore[arg-type]
+            video_mode=video_mode,
             video_max_pixels=video_max_pixels,
             max_image_pixels=max_image_pixels,
-            image_format=image_format,  # type: ignore[arg-type]
+            image_format=image_format,
             val_fraction=val_fraction,
             max_reject_rate=max_reject_rate,
             skip_gate=skip_gate,
@@ -184,12 +184,13 @@ def run(
     from .pipeline import run_release
     from .runtime import LoopbackRayTaskRunner, embedded_runtime
 
-    load_preset(cfg.model, cfg.model_dir)  # an unknown model fails before any service starts
+    load_preset(cfg.tokens.model, cfg.tokens.model_dir)  # an unknown model fails before any service starts
     from .progress import terminal_progress
+    from .summary import print_summary
 
     for name in ("prefect.flow_runs", "prefect.task_runs"):
         logging.getLogger(name).addFilter(_OwnErrorsWithoutTraceback())
-    runner = LoopbackRayTaskRunner(address=cfg.ray_address, num_cpus=cfg.num_cpus)
+    runner = LoopbackRayTaskRunner(address=cfg.execution.ray_address, num_cpus=cfg.execution.num_cpus)
     with embedded_runtime(), terminal_progress():
         summary = run_release.with_options(task_runner=runner)(cfg)
     print_summary(summary)
@@ -207,48 +208,6 @@ class _OwnErrorsWithoutTraceback(logging.Filter):
         if isinstance(exc, VlmforgeError) and not os.environ.get("VLMFORGE_DEBUG"):
             record.exc_info, record.exc_text = None, None
         return True
-
-
-def print_summary(summary: object) -> None:
-    from .pipeline import RunSummary
-
-    assert isinstance(summary, RunSummary)
-    t = Table(title=f"vlmforge run {summary.run_id} ({summary.seconds:.1f} s) -> {summary.out}")
-    for col in (
-        "subset",
-        "license",
-        "rows",
-        "ok",
-        "rejected",
-        "dropped",
-        "images",
-        "videos",
-        "tokens",
-        "gate",
-    ):
-        t.add_column(
-            col,
-            justify="right"
-            if col in ("rows", "ok", "rejected", "dropped", "images", "videos", "tokens")
-            else "left",
-            overflow="fold",
-        )
-    for s in summary.subsets:
-        st = s.stats
-        gate = ("[green]" if s.published else "[red]") + (s.error or s.gate)[:200]
-        t.add_row(
-            s.subset,
-            s.license,
-            str(st.lines),
-            str(st.ok),
-            str(st.rejected),
-            str(st.dropped),
-            str(st.images),
-            str(st.videos),
-            f"{st.text_tokens + st.visual_tokens:,}",
-            gate,
-        )
-    console.print(t)
 
 
 @app.command()
@@ -284,7 +243,7 @@ def sample_release(
     overwrite: Annotated[bool, typer.Option(help="replace dest if it exists")] = False,
 ) -> None:
     """Build the small sample release (real photos and a real video from scikit-image, plus bad input)."""
-    from ..tasks.ops.sample_release import build_sample_release
+    from ..tasks.ops.sample_release.build import build_sample_release
 
     rel = build_sample_release(dest, overwrite=overwrite)
     console.print(f"sample release: {rel.root} ({len(rel.subsets)} subsets, {rel.total_lines} lines)")

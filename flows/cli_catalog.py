@@ -50,7 +50,9 @@ StorageOpt = Annotated[
 def _catalog(
     release: str, subsets: list[str] | None, storage_option: list[str] | None, recipes: str | None, batch: int
 ) -> list[Any]:
-    from ..tasks.catalog.scan import catalog_release, parse_storage_options, recipe_fingerprints_from_dir
+    from ..tasks.catalog.recipe_fingerprints import recipe_fingerprints_from_dir
+    from ..tasks.catalog.release import catalog_release
+    from ..tasks.catalog.storage_options import parse_storage_options
 
     options = parse_storage_options(storage_option)
     fingerprints = None
@@ -193,7 +195,7 @@ def _apply(
 ) -> None:
     """Run the ``refresh_release`` flow: catalog, plan, unpublish, rerun the changed subsets, metadataset."""
     from ..schemas.config import StorageOptions
-    from ..tasks.catalog.scan import parse_storage_options
+    from ..tasks.catalog.storage_options import parse_storage_options
     from .ops import refresh_release
     from .runtime import embedded_runtime
 
@@ -209,7 +211,7 @@ def _apply(
         )
     _print_plan(release, out, result.plan)
     if result.summary is not None:
-        from .cli import print_summary
+        from .summary import print_summary
 
         print_summary(result.summary)
     if result.failed:

@@ -31,71 +31,75 @@ Examples:
 
 def register(app: typer.Typer) -> None:
     """Add the ``mix`` and ``validate`` commands to ``app``."""
+    app.command(epilog=MIX_EXAMPLES)(mix)
+    app.command(epilog=VALIDATE_EXAMPLES)(validate)
 
-    @app.command(epilog=MIX_EXAMPLES)
-    def mix(
-        out: Annotated[str, typer.Argument(help="output folder of a run")],
-        name: Annotated[str, typer.Option("--name", help="mix name: writes OUT/energon/NAME.yaml")],
-        weights: Annotated[
-            str | None,
-            typer.Option(help='"subset=W,glob_*=W,...": exact names beat globs; default: every subset, 1'),
-        ] = None,
-        by: Annotated[str, typer.Option(help="tokens: weights are token shares | samples: sample shares")] = (
-            "tokens"
-        ),
-        license_allow: Annotated[
-            list[str] | None,
-            typer.Option(help="keep only subsets with this license (SPDX id or glob; repeatable, or a,b)"),
-        ] = None,
-        max_tokens: Annotated[
-            str | None, typer.Option(help="token budget of the mix, e.g. 2B: larger subsets use a prefix")
-        ] = None,
-        max_open_files: Annotated[
-            int, typer.Option(help="open files a loader worker may keep for the blend (see ulimit -n)")
-        ] = 512,
-    ) -> None:
-        """Write a MetadatasetV2 training blend over the published subsets and print its shares."""
-        from ..tasks.ops.mix import format_mix, parse_count, write_mix
 
-        allow = [item.strip() for raw in license_allow or [] for item in raw.split(",") if item.strip()]
-        plan = write_mix(
-            out,
-            name=name,
-            weights=weights,
-            by=by,  # type: ignore[arg-type]  # checked by plan_mix
-            license_allow=allow or None,
-            max_tokens=parse_count(max_tokens) if max_tokens is not None else None,
-            max_open_files=max_open_files,
-        )
-        typer.echo(format_mix(plan))
-        _warn_ulimit(plan.open_files_per_worker)
+def mix(
+    out: Annotated[str, typer.Argument(help="output folder of a run")],
+    name: Annotated[str, typer.Option("--name", help="mix name: writes OUT/energon/NAME.yaml")],
+    weights: Annotated[
+        str | None,
+        typer.Option(help='"subset=W,glob_*=W,...": exact names beat globs; default: every subset, 1'),
+    ] = None,
+    by: Annotated[str, typer.Option(help="tokens: weights are token shares | samples: sample shares")] = (
+        "tokens"
+    ),
+    license_allow: Annotated[
+        list[str] | None,
+        typer.Option(help="keep only subsets with this license (SPDX id or glob; repeatable, or a,b)"),
+    ] = None,
+    max_tokens: Annotated[
+        str | None, typer.Option(help="token budget of the mix, e.g. 2B: larger subsets use a prefix")
+    ] = None,
+    max_open_files: Annotated[
+        int, typer.Option(help="open files a loader worker may keep for the blend (see ulimit -n)")
+    ] = 512,
+) -> None:
+    """Write a MetadatasetV2 training blend over the published subsets and print its shares."""
+    from ..tasks.ops.mix.output import format_mix, write_mix
+    from ..tasks.ops.mix.weights import parse_count
 
-    @app.command(epilog=VALIDATE_EXAMPLES)
-    def validate(
-        out: Annotated[str, typer.Argument(help="output folder of a run")],
-        subset: Annotated[
-            list[str] | None, typer.Option("--subset", help="only this subset (repeatable)")
-        ] = None,
-        sample: Annotated[
-            int | None, typer.Option("--sample", min=1, help="read only the first N samples of each split")
-        ] = None,
-        workers: Annotated[int, typer.Option(min=0, help="loader worker processes (0: in-process)")] = 0,
-        checksums: Annotated[
-            bool | None,
-            typer.Option("--checksums/--no-checksums", help="re-hash every tar (default: when reading all)"),
-        ] = None,
-    ) -> None:
-        """Load every dataset back through megatron-energon and the cooker; compare with the manifests.
+    allow = [item.strip() for raw in license_allow or [] for item in raw.split(",") if item.strip()]
+    plan = write_mix(
+        out,
+        name=name,
+        weights=weights,
+        by=by,  # type: ignore[arg-type]  # checked by plan_mix
+        license_allow=allow or None,
+        max_tokens=parse_count(max_tokens) if max_tokens is not None else None,
+        max_open_files=max_open_files,
+    )
+    typer.echo(format_mix(plan))
+    _warn_ulimit(plan.open_files_per_worker)
 
-        Exits 1 with a report naming each mismatch."""
-        from ..tasks.publish.validate import format_reports, validate_output
 
-        reports = validate_output(
-            out, subset or None, sample_limit=sample, num_workers=workers, checksums=checksums
-        )
-        typer.echo(format_reports(reports))
-        if not all(report.ok for report in reports):
-            raise typer.Exit(1)
+def validate(
+    out: Annotated[str, typer.Argument(help="output folder of a run")],
+    subset: Annotated[
+        list[str] | None, typer.Option("--subset", help="only this subset (repeatable)")
+    ] = None,
+    sample: Annotated[
+        int | None, typer.Option("--sample", min=1, help="read only the first N samples of each split")
+    ] = None,
+    workers: Annotated[int, typer.Option(min=0, help="loader worker processes (0: in-process)")] = 0,
+    checksums: Annotated[
+        bool | None,
+        typer.Option("--checksums/--no-checksums", help="re-hash every tar (default: when reading all)"),
+    ] = None,
+) -> None:
+    """Load every dataset back through megatron-energon and the cooker; compare with the manifests.
+
+    Exits 1 with a report naming each mismatch."""
+    from ..tasks.publish.report import format_reports
+    from ..tasks.publish.validate import validate_output
+
+    reports = validate_output(
+        out, subset or None, sample_limit=sample, num_workers=workers, checksums=checksums
+    )
+    typer.echo(format_reports(reports))
+    if not all(report.ok for report in reports):
+        raise typer.Exit(1)
 
 
 def _warn_ulimit(needed: int) -> None:

@@ -1,10 +1,24 @@
-"""``vlmforge quality OUT``: the quality gate's results of a run, as a table (or JSON)."""
+"""``vlmforge quality OUT``: the quality gate's results of a run, as a table (or JSON).
+
+It reads the recorded results only (``OUT/quality/<run>/``), so it needs neither DuckDB nor Great
+Expectations.
+"""
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..tasks.errors import ConfigError
+from ..tasks.gate.report import quality_rows
+from ..tasks.gate.results import RunQuality, load_run
+from ..tasks.gate.suites import SUITES
+from ..tasks.manifests import OutputLayout
 
 QUALITY_EXAMPLES = """
 Examples:
@@ -26,37 +40,29 @@ def quality(
     fmt: Annotated[str, typer.Option("--format", help="table | json")] = "table",
 ) -> None:
     """Show the quality gate's results of the latest run (or --run): per subset, per suite, and why."""
-    import json
-
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    from ..tasks.errors import ConfigError
-    from ..tasks.gate.check import SUITES
-    from ..tasks.gate.results import load_run, quality_rows
-    from ..tasks.manifests import OutputLayout
-
     if fmt not in ("table", "json"):
         raise ConfigError(f"--format {fmt!r}: expected table or json")
-    layout = OutputLayout(out)
-    result = load_run(layout, run)
+    result = load_run(OutputLayout(out), run)
     rows = quality_rows(result)
-    console = Console()
     if fmt == "json":
-        console.print_json(
-            json.dumps(
-                {
-                    "run_id": result.run_id,
-                    "skip_gate": result.skip_gate,
-                    "overrides": result.overrides,
-                    "failed": result.failed,
-                    "docs": result.docs,
-                    "subsets": [r | {"failures": r["failures"].splitlines()} for r in rows],
-                }
-            )
-        )
-        return
+        _print_json(Console(), result, rows)
+    else:
+        _print_table(Console(), result, rows)
+
+
+def _print_json(console: Console, result: RunQuality, rows: list[dict[str, str]]) -> None:
+    data = {
+        "run_id": result.run_id,
+        "skip_gate": result.skip_gate,
+        "overrides": result.overrides,
+        "failed": result.failed,
+        "docs": result.docs,
+        "subsets": [r | {"failures": r["failures"].splitlines()} for r in rows],
+    }
+    console.print_json(json.dumps(data))
+
+
+def _print_table(console: Console, result: RunQuality, rows: list[dict[str, str]]) -> None:
     title = f"quality gate of run {result.run_id}"
     if result.skip_gate:
         title += " (gate skipped: --skip-gate)"

@@ -50,7 +50,7 @@ def init(
 @recipe_app.command("check")
 def check(paths: Annotated[list[Path], typer.Argument(help="recipe files")]) -> None:
     """Validate recipe files; each error names the file, the field path and the value."""
-    from ..tasks.fetch.acquire import load_recipe
+    from ..tasks.fetch.recipe_files import load_recipe
 
     for p in paths:
         r = load_recipe(p)
@@ -64,7 +64,7 @@ def list_recipes(
     ] = None,
 ) -> None:
     """The recipes vlmforge would use, per subset, with their license and sources."""
-    from ..tasks.fetch.acquire import builtin_catalog_dir, load_recipe
+    from ..tasks.fetch.recipe_files import builtin_catalog_dir, load_recipe
 
     seen: set[str] = set()
     for folder in [*(catalog or []), builtin_catalog_dir()]:

@@ -1,7 +1,8 @@
 """``vlmforge server``: the Prefect UI and API on 127.0.0.1 (``prefect server start``), telemetry off.
 
 Registered on the main app by ``flows/cli.py`` (``cli_server.register(app)``). With ``--ray`` it also starts a
-local Ray head (loopback, no dashboard) that deployments reach through ``RAY_ADDRESS``.
+local Ray head (loopback, token authentication, no dashboard) that deployments reach through ``RAY_ADDRESS``
+with Ray's token (``~/.ray/auth_token`` unless ``RAY_AUTH_TOKEN``/``RAY_AUTH_TOKEN_PATH`` say otherwise).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ Examples:
 
   vlmforge server                      # UI at http://127.0.0.1:4200
 
-  vlmforge server --port 4300 --ray    # also a local Ray head for the worker (prints its RAY_ADDRESS)
+  vlmforge server --port 4300 --ray    # also a local Ray head for the worker (prints its RAY_ADDRESS
+                                       # and where its token is)
 
 Then, in a second terminal (see infra/README.md):
 
@@ -62,10 +64,16 @@ def server(
     console = Console(stderr=True)
     head = None
     if ray:
-        from .ops import start_ray_head
+        from .ray_head import start_ray_head
+        from .runtime import ray_token_path
 
+        token = ray_token_path()  # the head runs with RAY_AUTH_MODE=token (QUIET_ENV): it needs the token
         head = start_ray_head(num_cpus=num_cpus, env={"PREFECT_API_URL": f"http://127.0.0.1:{port}/api"})
-        console.print(f"Ray head on {head.address}: start workers with RAY_ADDRESS={head.address}")
+        where = f"RAY_AUTH_TOKEN_PATH={token}" if token else "RAY_AUTH_TOKEN"
+        console.print(
+            f"Ray head on {head.address} (token authentication): start workers with "
+            f"RAY_ADDRESS={head.address} and the same {where}"
+        )
     console.print(
         f"Prefect UI: http://127.0.0.1:{port}  (export PREFECT_API_URL=http://127.0.0.1:{port}/api)"
     )

@@ -10,11 +10,16 @@ from __future__ import annotations
 import json
 import re
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from ..schemas.presets import ModelPreset
+    from ..tasks.ops.plan.build import PlanResult
+    from ..tasks.ops.stats.compute import StatsReport
 
 __all__ = ["parse_image_size", "parse_video", "register"]
 
@@ -74,6 +79,148 @@ def _emit_json(doc: Any) -> None:
     sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
 
 
+def _image_rows(
+    preset: ModelPreset, images: list[tuple[int, int]], max_pixels: int | None, min_pixels: int | None
+) -> list[dict[str, Any]]:
+    from ..tasks.tokens.count import image_tokens
+
+    rows = []
+    for w, h in images:
+        r = image_tokens(preset, h, w, max_pixels=max_pixels, min_pixels=min_pixels, n_images=len(images))
+        rows.append(
+            {"kind": "image", "size": f"{w}x{h}", "seen": f"{r.resized_width}x{r.resized_height}",
+             "tiles": r.tiles, "frames": None, "tokens": r.tokens}
+        )  # fmt: skip
+    return rows
+
+
+def _video_rows(
+    preset: ModelPreset,
+    videos: list[tuple[int, int, int, float]],
+    max_pixels: int | None,
+    max_num_frames: int | None,
+    frames_mode: str,
+) -> list[dict[str, Any]]:
+    from ..tasks.tokens.count import sample_video_frames, video_tokens
+
+    rows = []
+    for w, h, frames, fps in videos:
+        idx = sample_video_frames(
+            preset, frames, fps, max_num_frames=max_num_frames,
+            mode=frames_mode,  # type: ignore[arg-type]
+        )  # fmt: skip
+        v = video_tokens(preset, len(idx), h, w, indices=idx, video_fps=fps, max_pixels=max_pixels)
+        rows.append(
+            {"kind": "video", "size": f"{w}x{h}:{frames}@{fps:g}",
+             "seen": f"{v.resized_width}x{v.resized_height}", "tiles": None, "frames": len(idx),
+             "tokens": v.tokens}
+        )  # fmt: skip
+    return rows
+
+
+def _print_token_rows(preset: ModelPreset, rows: list[dict[str, Any]], total: int) -> None:
+    from ..tasks.tokens.families import family_of
+
+    shows_tiles = family_of(preset).reports_tiles
+    t = Table(title=f"visual tokens for {preset.name} (one sample)")
+    for col in ("kind", "size (WxH)", "model sees (WxH)", "tiles", "frames", "tokens"):
+        t.add_column(col, justify="left" if col in ("kind", "size (WxH)", "model sees (WxH)") else "right")
+    for row in rows:
+        t.add_row(
+            row["kind"],
+            row["size"],
+            row["seen"],
+            "" if row["tiles"] is None or not shows_tiles else str(row["tiles"]),
+            "" if row["frames"] is None else str(row["frames"]),
+            f"{row['tokens']:,}",
+        )
+    t.add_row("total", "", "", "", "", f"{total:,}", style="bold")
+    console.print(t)
+    console.print(
+        "Text tokens (template, wrappers, timestamps) come on top; the pipeline counts them exactly."
+    )
+
+
+def _print_plan(r: PlanResult, out: str, seq_len: int, pad_multiple: int) -> None:
+    t = Table(title=f"sequence plan: seq_len {seq_len:,}, pad multiple {pad_multiple} ({r.scope})")
+    for col in ("subset", "split", "samples", "packs", "tokens", "efficiency", "too long"):
+        t.add_column(col, justify="left" if col in ("subset", "split") else "right")
+    for g in r.groups:
+        cap = g.capacity(seq_len)
+        t.add_row(
+            g.name, g.split, f"{g.samples:,}", f"{g.packs:,}", f"{g.tokens:,}",
+            f"{g.tokens / cap:.1%}" if cap else "-", f"{g.too_long:,}",
+        )  # fmt: skip
+    console.print(t)
+    console.print(
+        f"packing efficiency {r.efficiency:.2%} (tokens / (packs x seq_len)); padding waste "
+        f"{r.padding_waste:.2%} from rounding to {pad_multiple}, {r.tail_waste:.2%} empty pack tails; "
+        f"{r.packs:,} packs of {r.samples:,} samples"
+    )
+    if r.too_long:
+        console.print(
+            f"[yellow]{r.too_long:,} ok sample(s) longer than {seq_len:,} tokens are not in the "
+            "plan[/yellow] (run with --seq-len to drop or truncate them)"
+        )
+    if r.balance is not None:
+        b = r.balance
+        console.print(
+            f"encoder load (visual tokens) max/mean per step over {b.dp} ranks, {b.steps} full step(s): "
+            f"before {b.before_mean:.3f} (worst {b.before_max:.3f}), after {b.after_mean:.3f} "
+            f"(worst {b.after_max:.3f}); {b.swaps} sample exchange(s)"
+        )
+    console.print(f"plan written: {len(r.paths)} part(s) under {out.rstrip('/')}/manifests/plan/")
+
+
+def _print_stats(report: StatsReport, out: str) -> None:
+    t = Table(title=f"vlmforge stats: {out}")
+    for col in ("subset", "rows", "ok", "rejected", "dropped", "images", "videos", "resized images"):
+        t.add_column(col, justify="left" if col == "subset" else "right", overflow="fold")
+    for s in report.subsets:
+        t.add_row(
+            s.subset,
+            *(f"{v:,}" for v in (s.rows, s.ok, s.rejected, s.dropped, s.images, s.videos, s.resized_images)),
+        )
+    console.print(t)
+    k = Table(title="tokens of the ok samples (p50 / p95 nearest-rank)")
+    for col in ("subset", "tokens", "sum", "p50", "p95", "max"):
+        k.add_column(col, justify="left" if col in ("subset", "tokens") else "right", overflow="fold")
+    for s in report.subsets:
+        for i, (name, d) in enumerate((("text", s.text), ("visual", s.visual), ("total", s.total))):
+            k.add_row(
+                s.subset if i == 0 else "",
+                name,
+                *(f"{v:,}" for v in (d.sum, d.p50, d.p95, d.max)),
+                end_section=i == 2,
+            )
+    console.print(k)
+    h = Table(title="images per sample (ok samples)")
+    h.add_column("subset")
+    h.add_column("histogram (images: samples)", overflow="fold")
+    for s in report.subsets:
+        h.add_row(s.subset, "  ".join(f"{k}: {v:,}" for k, v in sorted(s.images_per_sample.items())))
+    console.print(h)
+    if report.stages:
+        st = Table(
+            title=f"stage times of run {report.stage_run} (wall seconds; per subset: summed over batches)"
+        )
+        for col in ("subset", "stage", "seconds", "items", "items/s", "MB/s", "batches", "skipped"):
+            st.add_column(col, justify="left" if col in ("subset", "stage") else "right", overflow="fold")
+        for r in report.stages:
+            st.add_row(
+                r["subset"],
+                r["stage"],
+                f"{r['seconds']:.2f}",
+                "" if r["items"] is None else f"{r['items']:,} {r['unit'] or ''}".strip(),
+                "" if r["items_per_s"] is None else f"{r['items_per_s']:,.1f}",
+                "" if r["mb_per_s"] is None else f"{r['mb_per_s']:,.1f}",
+                "" if r["batches"] is None else str(r["batches"]),
+                "" if r["skipped"] is None else str(r["skipped"]),
+            )
+        console.print(st)
+    console.print(f"report: {report.html_path}")
+
+
 def register(app: typer.Typer) -> None:
     """Add ``tokens``, ``plan`` and ``stats`` to ``app``."""
 
@@ -100,7 +247,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Visual tokens of images and videos of given sizes, as one sample of MODEL (no files needed)."""
         from ..schemas.presets import load_preset
-        from ..tasks.tokens.count import image_tokens, sample_video_frames, video_tokens
 
         if frames_mode not in ("uniform", "truncate"):
             raise typer.BadParameter(f"--frames-mode must be uniform or truncate, got {frames_mode!r}")
@@ -114,27 +260,10 @@ def register(app: typer.Typer) -> None:
             preset = load_preset(model, model_dir)
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
-        rows: list[dict[str, Any]] = []
         try:
-            for w, h in images:
-                r = image_tokens(
-                    preset, h, w, max_pixels=max_pixels, min_pixels=min_pixels, n_images=len(images)
-                )
-                rows.append(
-                    {"kind": "image", "size": f"{w}x{h}", "seen": f"{r.resized_width}x{r.resized_height}",
-                     "tiles": r.tiles, "frames": None, "tokens": r.tokens}
-                )  # fmt: skip
-            for w, h, frames, fps in videos:
-                idx = sample_video_frames(
-                    preset, frames, fps, max_num_frames=max_num_frames,
-                    mode=frames_mode,  # type: ignore[arg-type]
-                )  # fmt: skip
-                v = video_tokens(preset, len(idx), h, w, indices=idx, video_fps=fps, max_pixels=max_pixels)
-                rows.append(
-                    {"kind": "video", "size": f"{w}x{h}:{frames}@{fps:g}",
-                     "seen": f"{v.resized_width}x{v.resized_height}", "tiles": None, "frames": len(idx),
-                     "tokens": v.tokens}
-                )  # fmt: skip
+            rows = _image_rows(preset, images, max_pixels, min_pixels) + _video_rows(
+                preset, videos, max_pixels, max_num_frames, frames_mode
+            )
         except ValueError as exc:  # aspect ratio over the limit, too few frames, a model without video...
             raise typer.BadParameter(str(exc)) from None
         per_image = [row["tokens"] for row in rows if row["kind"] == "image"]
@@ -145,25 +274,7 @@ def register(app: typer.Typer) -> None:
                 {"model": preset.name, "images": per_image, "videos": per_video, "visual_tokens": total}
             )
             return
-        t = Table(title=f"visual tokens for {preset.name} (one sample)")
-        for col in ("kind", "size (WxH)", "model sees (WxH)", "tiles", "frames", "tokens"):
-            t.add_column(
-                col, justify="left" if col in ("kind", "size (WxH)", "model sees (WxH)") else "right"
-            )
-        for row in rows:
-            t.add_row(
-                row["kind"],
-                row["size"],
-                row["seen"],
-                "" if row["tiles"] is None or preset.family == "qwen" else str(row["tiles"]),
-                "" if row["frames"] is None else str(row["frames"]),
-                f"{row['tokens']:,}",
-            )
-        t.add_row("total", "", "", "", "", f"{total:,}", style="bold")
-        console.print(t)
-        console.print(
-            "Text tokens (template, wrappers, timestamps) come on top; the pipeline counts them exactly."
-        )
+        _print_token_rows(preset, rows, total)
 
     @app.command("plan", epilog=PLAN_EXAMPLES)
     def plan(
@@ -183,7 +294,7 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     ) -> None:
         """Pack the ok samples first-fit-decreasing into SEQ_LEN sequences; write the plan manifest."""
-        from ..tasks.ops.plan import build_plan
+        from ..tasks.ops.plan.build import build_plan
 
         if seq_len <= 0 or pad_multiple <= 0:
             raise typer.BadParameter("--seq-len and --pad-multiple must be > 0")
@@ -219,34 +330,7 @@ def register(app: typer.Typer) -> None:
                 }
             )
             return
-        t = Table(title=f"sequence plan: seq_len {seq_len:,}, pad multiple {pad_multiple} ({r.scope})")
-        for col in ("subset", "split", "samples", "packs", "tokens", "efficiency", "too long"):
-            t.add_column(col, justify="left" if col in ("subset", "split") else "right")
-        for g in r.groups:
-            cap = g.capacity(seq_len)
-            t.add_row(
-                g.name, g.split, f"{g.samples:,}", f"{g.packs:,}", f"{g.tokens:,}",
-                f"{g.tokens / cap:.1%}" if cap else "-", f"{g.too_long:,}",
-            )  # fmt: skip
-        console.print(t)
-        console.print(
-            f"packing efficiency {r.efficiency:.2%} (tokens / (packs x seq_len)); padding waste "
-            f"{r.padding_waste:.2%} from rounding to {pad_multiple}, {r.tail_waste:.2%} empty pack tails; "
-            f"{r.packs:,} packs of {r.samples:,} samples"
-        )
-        if r.too_long:
-            console.print(
-                f"[yellow]{r.too_long:,} ok sample(s) longer than {seq_len:,} tokens are not in the "
-                "plan[/yellow] (run with --seq-len to drop or truncate them)"
-            )
-        if r.balance is not None:
-            b = r.balance
-            console.print(
-                f"encoder load (visual tokens) max/mean per step over {b.dp} ranks, {b.steps} full step(s): "
-                f"before {b.before_mean:.3f} (worst {b.before_max:.3f}), after {b.after_mean:.3f} "
-                f"(worst {b.after_max:.3f}); {b.swaps} sample exchange(s)"
-            )
-        console.print(f"plan written: {len(r.paths)} part(s) under {out.rstrip('/')}/manifests/plan/")
+        _print_plan(r, out, seq_len, pad_multiple)
 
     @app.command("stats", epilog=STATS_EXAMPLES)
     def stats(
@@ -258,58 +342,10 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     ) -> None:
         """Per-subset samples, media and token statistics, plus a self-contained HTML report with plots."""
-        from ..tasks.ops.stats import write_stats_report
+        from ..tasks.ops.stats.page import write_stats_report
 
         report = write_stats_report(out, html, subset)
         if as_json:
             _emit_json(report.to_dict())
             return
-        t = Table(title=f"vlmforge stats: {out}")
-        for col in ("subset", "rows", "ok", "rejected", "dropped", "images", "videos", "resized images"):
-            t.add_column(col, justify="left" if col == "subset" else "right", overflow="fold")
-        for s in report.subsets:
-            t.add_row(
-                s.subset,
-                *(
-                    f"{v:,}"
-                    for v in (s.rows, s.ok, s.rejected, s.dropped, s.images, s.videos, s.resized_images)
-                ),
-            )
-        console.print(t)
-        k = Table(title="tokens of the ok samples (p50 / p95 nearest-rank)")
-        for col in ("subset", "tokens", "sum", "p50", "p95", "max"):
-            k.add_column(col, justify="left" if col in ("subset", "tokens") else "right", overflow="fold")
-        for s in report.subsets:
-            for i, (name, d) in enumerate((("text", s.text), ("visual", s.visual), ("total", s.total))):
-                k.add_row(
-                    s.subset if i == 0 else "",
-                    name,
-                    *(f"{v:,}" for v in (d.sum, d.p50, d.p95, d.max)),
-                    end_section=i == 2,
-                )
-        console.print(k)
-        h = Table(title="images per sample (ok samples)")
-        h.add_column("subset")
-        h.add_column("histogram (images: samples)", overflow="fold")
-        for s in report.subsets:
-            h.add_row(s.subset, "  ".join(f"{k}: {v:,}" for k, v in sorted(s.images_per_sample.items())))
-        console.print(h)
-        if report.stages:
-            st = Table(
-                title=f"stage times of run {report.stage_run} (wall seconds; per subset: summed over batches)"
-            )
-            for col in ("subset", "stage", "seconds", "items", "items/s", "MB/s", "batches", "skipped"):
-                st.add_column(col, justify="left" if col in ("subset", "stage") else "right", overflow="fold")
-            for r in report.stages:
-                st.add_row(
-                    r["subset"],
-                    r["stage"],
-                    f"{r['seconds']:.2f}",
-                    "" if r["items"] is None else f"{r['items']:,} {r['unit'] or ''}".strip(),
-                    "" if r["items_per_s"] is None else f"{r['items_per_s']:,.1f}",
-                    "" if r["mb_per_s"] is None else f"{r['mb_per_s']:,.1f}",
-                    "" if r["batches"] is None else str(r["batches"]),
-                    "" if r["skipped"] is None else str(r["skipped"]),
-                )
-            console.print(st)
-        console.print(f"report: {report.html_path}")
+        _print_stats(report, out)

@@ -3,24 +3,12 @@
 Like :mod:`vlmforge.flows.pipeline`, these only wire and report; the work is in ``vlmforge.tasks``. Each
 publishes a Prefect markdown artifact a person reads in the UI (the refresh plan with its reasons, a mix's
 shares, the validation result per dataset).
-
-:func:`start_ray_head` starts a Ray head as its own process (``ray start --head --block``) on loopback,
-without dashboard, telemetry off and with a HOME holding ``ray_bootstrap_config.yaml``; the tests use it as
-a real second-process cluster, and ``vlmforge server --ray`` to give deployments a long-lived local one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
-import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,25 +16,24 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
-from ..schemas.config import RunConfig, StorageOptions
+from ..schemas.config import ExecutionOptions, RunConfig, StorageOptions
 from ..schemas.records import SubsetEntry
 from ..tasks.catalog.refresh import RefreshPlan, SubsetChange
 from ..tasks.errors import OutputError
 from ..tasks.manifests import OutputLayout
-from ..tasks.ops.mix import MixPlan
-from ..tasks.publish.validate import ValidationReport, published_subsets
+from ..tasks.ops.mix.plan import MixPlan
+from ..tasks.publish.listing import published_subsets
+from ..tasks.publish.report import ValidationReport
 from .pipeline import RunSummary, run_release
-from .runtime import QUIET_ENV, RAY_BOOTSTRAP, LoopbackRayTaskRunner, _free_port
+from .runtime import LoopbackRayTaskRunner
 
 __all__ = [
-    "RayHead",
     "RefreshResult",
     "mix_flow",
     "plan_release_refresh",
     "refresh_config",
     "refresh_release",
     "runner_for",
-    "start_ray_head",
     "validate_flow",
 ]
 
@@ -57,14 +44,21 @@ def _md(text: object, limit: int = 400) -> str:
 
 
 def runner_for(cfg: RunConfig) -> LoopbackRayTaskRunner:
-    """The task runner ``vlmforge run`` gives ``run_release``: ``cfg.ray_address`` or a local loopback Ray."""
+    """The task runner ``vlmforge run`` gives ``run_release``: ``cfg.execution.ray_address`` or a local
+    loopback Ray."""
     init_kwargs: dict[str, Any] = {}
-    if cfg.ray_address or os.environ.get("RAY_ADDRESS"):
+    if cfg.execution.ray_address or os.environ.get("RAY_ADDRESS"):
         # A driver on a loopback cluster must say so (its default node IP is the host's, not 127.0.0.1).
-        host = (cfg.ray_address or os.environ.get("RAY_ADDRESS", "")).removeprefix("ray://").split(":")[0]
+        host = (
+            (cfg.execution.ray_address or os.environ.get("RAY_ADDRESS", ""))
+            .removeprefix("ray://")
+            .split(":")[0]
+        )
         if host in ("127.0.0.1", "localhost"):
             init_kwargs["_node_ip_address"] = "127.0.0.1"
-    return LoopbackRayTaskRunner(address=cfg.ray_address, init_kwargs=init_kwargs, num_cpus=cfg.num_cpus)
+    return LoopbackRayTaskRunner(
+        address=cfg.execution.ray_address, init_kwargs=init_kwargs, num_cpus=cfg.execution.num_cpus
+    )
 
 
 # --- refresh -------------------------------------------------------------------------------------------
@@ -106,7 +100,7 @@ def plan_release_refresh(
 
 
 # Where the last run ran is not part of how it built its outputs: a refresh runs where it is told.
-_EXECUTION_OPTIONS = frozenset({"ray_address", "num_cpus"})
+_EXECUTION_OPTIONS = frozenset(ExecutionOptions.model_fields)
 
 
 def refresh_config(
@@ -121,16 +115,17 @@ def refresh_config(
     """A refresh's run options: the last run's (reruns are built like the rest), then ``overrides``."""
     from ..tasks.catalog.refresh import last_run_options
 
-    fields = RunConfig.model_fields
-    options: dict[str, Any] = {
-        k: v for k, v in (last_run_options(out) or {}).items() if k in fields and k not in _EXECUTION_OPTIONS
-    }
+    known = RunConfig.of(release=release, out=out).flat()
+    last = RunConfig.flatten(last_run_options(out) or {})
+    options: dict[str, Any] = {k: v for k, v in last.items() if k in known and k not in _EXECUTION_OPTIONS}
     options.update(overrides or {})
-    options.update(release=release, out=out, subsets=tuple(subsets))
-    if "storage_options" in fields:
-        options["storage_options"] = dict(storage_options or {})
-    if "license_allow" in fields:
-        options["license_allow"] = tuple(license_allow)
+    options.update(
+        release=release,
+        out=out,
+        subsets=tuple(subsets),
+        storage_options=dict(storage_options or {}),
+        license_allow=tuple(license_allow),
+    )
     return RunConfig(**options)
 
 
@@ -161,7 +156,8 @@ def catalog_task(
     release: str, storage_options: dict[str, Any] | None = None, recipes: str | None = None
 ) -> list[SubsetEntry]:
     """Hashes, rows, license and sources of every subset (no media)."""
-    from ..tasks.catalog.scan import catalog_release, recipe_fingerprints_from_dir
+    from ..tasks.catalog.recipe_fingerprints import recipe_fingerprints_from_dir
+    from ..tasks.catalog.release import catalog_release
 
     fingerprints = None
     if recipes:  # every recipe of the folder; fingerprints of subsets the release lacks are ignored
@@ -248,7 +244,7 @@ def write_mix_task(
     max_tokens: int | None,
     max_open_files: int,
 ) -> MixPlan:
-    from ..tasks.ops.mix import write_mix
+    from ..tasks.ops.mix.output import write_mix
 
     return write_mix(
         out,
@@ -295,7 +291,8 @@ def mix_flow(
     max_open_files: int = 512,
 ) -> dict[str, Any]:
     """``vlmforge mix`` as a flow: write ``OUT/energon/<name>.yaml`` over the published subsets."""
-    from ..tasks.ops.mix import format_mix, parse_count
+    from ..tasks.ops.mix.output import format_mix
+    from ..tasks.ops.mix.weights import parse_count
 
     allow = [item.strip() for raw in license_allow or [] for item in raw.split(",") if item.strip()]
     plan = write_mix_task(
@@ -394,111 +391,3 @@ def validate_flow(
     if failed:
         raise OutputError(f"validation failed for {', '.join(failed)} (see the vlmforge-validate artifact)")
     return {"out": out, "ok": [r.subset or r.path.name for r in reports], "failed": failed}
-
-
-# --- a Ray head as its own process ---------------------------------------------------------------------
-
-
-@dataclass
-class RayHead:
-    """A Ray head started by :func:`start_ray_head`; :meth:`stop` ends exactly its processes."""
-
-    address: str  # 127.0.0.1:<port>, for ray.init / RAY_ADDRESS / --ray-address
-    home: Path  # the HOME its processes see (holds ray_bootstrap_config.yaml)
-    temp_dir: Path  # Ray's session folder root (logs under session_latest/logs)
-    log: Path
-    proc: subprocess.Popen[bytes]
-
-    @property
-    def logs(self) -> Path:
-        return self.temp_dir / "session_latest" / "logs"
-
-    def stop(self, timeout_s: float = 60.0) -> None:
-        """SIGTERM the blocking ``ray start`` (it stops its node), then its own process group if needed."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)  # leftovers of this head only (its own session)
-        shutil.rmtree(self.home, ignore_errors=True)
-        shutil.rmtree(self.temp_dir, ignore_errors=True)
-
-
-def _ray_cli() -> list[str]:
-    exe = Path(sys.executable).with_name("ray")
-    return (
-        [str(exe)]
-        if exe.is_file()
-        else [sys.executable, "-c", "from ray.scripts.scripts import main; main()"]
-    )
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(1)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def start_ray_head(
-    *,
-    num_cpus: int | None = None,
-    object_store_memory: int = 256 * 1024**2,
-    env: Mapping[str, str] | None = None,
-    attempts: int = 3,
-    startup_timeout_s: float = 180.0,
-) -> RayHead:
-    """Start ``ray start --head --block`` on 127.0.0.1 (no dashboard, telemetry off) as its own process.
-
-    Ray gives a starting node 30 s to register (hard-coded); on a loaded machine that can run out, so a
-    failed start is retried on a fresh port. ``env`` adds to the environment its processes (and so the
-    tasks) see, e.g. ``PREFECT_API_URL``.
-    """
-    errors: list[str] = []
-    for _ in range(attempts):
-        port = _free_port()
-        home = Path(tempfile.mkdtemp(prefix="vlmforge-rayhead-home-"))
-        (home / "ray_bootstrap_config.yaml").write_text(RAY_BOOTSTRAP)
-        temp_dir = Path(tempfile.mkdtemp(prefix="vr-", dir="/tmp"))  # short: Ray's socket paths are limited
-        log = home / "ray-start.log"
-        cmd = [
-            *_ray_cli(),
-            "start",
-            "--head",
-            "--block",
-            "--node-ip-address=127.0.0.1",
-            "--include-dashboard=false",
-            "--disable-usage-stats",
-            f"--port={port}",
-            f"--num-cpus={num_cpus or os.cpu_count() or 1}",
-            f"--object-store-memory={object_store_memory}",
-            f"--temp-dir={temp_dir}",
-        ]
-        full_env = os.environ.copy() | QUIET_ENV | dict(env or {}) | {"HOME": str(home)}
-        full_env.pop("RAY_ADDRESS", None)
-        with open(log, "wb") as fh:
-            proc = subprocess.Popen(
-                cmd, env=full_env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        head = RayHead(f"127.0.0.1:{port}", home, temp_dir, log, proc)
-        deadline = time.monotonic() + startup_timeout_s
-        while proc.poll() is None and time.monotonic() < deadline:
-            if "Ray runtime started" in log.read_text(errors="replace") and _port_open(port):
-                return head
-            time.sleep(0.5)
-        errors.append(log.read_text(errors="replace")[-1500:])
-        head.stop()
-    raise RuntimeError(f"Ray head did not start in {attempts} attempts:\n" + "\n---\n".join(errors))
-
-
-@contextlib.contextmanager
-def ray_head(**kwargs: Any) -> Iterator[RayHead]:
-    """:func:`start_ray_head` for a ``with`` block."""
-    head = start_ray_head(**kwargs)
-    try:
-        yield head
-    finally:
-        head.stop()

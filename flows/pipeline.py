@@ -17,21 +17,28 @@ from prefect.artifacts import create_markdown_artifact
 
 from ..schemas.config import RunConfig
 from ..schemas.records import SubsetEntry
-from ..tasks.batch.build import BatchStats, build_batch
-from ..tasks.catalog.layouts import StagedRelease, stage_source
+from ..tasks.batch.batch import build_batch
+from ..tasks.batch.stats import BatchStats
+from ..tasks.catalog.layouts.stage import StagedRelease, stage_source
+from ..tasks.catalog.recipe_fingerprints import recipe_fingerprint
 from ..tasks.catalog.refresh import (
     catalog_columns,
     read_previous_catalog,
     split_by_license,
     write_subsets_row,
 )
-from ..tasks.catalog.scan import catalog_release, recipe_fingerprint, release_revision
+from ..tasks.catalog.release import catalog_release
+from ..tasks.catalog.revision import release_revision
 from ..tasks.errors import ReleaseError
-from ..tasks.fetch.acquire import find_recipe
-from ..tasks.gate.check import GateResult, ShardsGateFailed, gate_subset, load_overrides, shards_check
-from ..tasks.gate.results import build_data_docs, load_run, quality_markdown, record_gate, record_run
+from ..tasks.fetch.recipe_files import find_recipe
+from ..tasks.gate.check import gate_subset
+from ..tasks.gate.docs import build_data_docs
+from ..tasks.gate.params import load_overrides
+from ..tasks.gate.report import quality_markdown
+from ..tasks.gate.results import GateResult, load_run, record_gate, record_run
+from ..tasks.gate.shards import ShardsGateFailed, shards_check
 from ..tasks.manifests import OutputLayout, remove_parts_from
-from ..tasks.ops.stats import RUN_WIDE, StageTime, batch_stage_times, write_stage_times
+from ..tasks.ops.stats.stage_times import RUN_WIDE, StageTime, batch_stage_times, write_stage_times
 from ..tasks.publish.publish import PublishResult, publish_metadataset, publish_subset
 from ..tasks.publish.validate import validate_subset
 from ..tasks.storage import ContentStore, OutputFullError, atomic_write_bytes
@@ -98,7 +105,7 @@ def build_batch_task(
 
 @task(name="gate", task_run_name="gate {entry.subset}")
 def gate_task(cfg: RunConfig, entry: SubsetEntry, run_id: str) -> GateResult:
-    result = gate_subset(cfg, entry, run_id=run_id, overrides=load_overrides(cfg.gate_overrides))
+    result = gate_subset(cfg, entry, run_id=run_id, overrides=load_overrides(cfg.gate.gate_overrides))
     record_gate(OutputLayout(cfg.out), run_id, result)
     return result
 
@@ -113,12 +120,12 @@ def gate_task(cfg: RunConfig, entry: SubsetEntry, run_id: str) -> GateResult:
 def publish_task(cfg: RunConfig, subset: str, run_id: str) -> PublishResult:
     layout = OutputLayout(cfg.out)
     # The shards suite checks the staged dataset before the swap (skipped with the rest of the gate).
-    check = None if cfg.skip_gate else shards_check(layout, subset, run_id=run_id)
+    check = None if cfg.gate.skip_gate else shards_check(layout, subset, run_id=run_id)
     return publish_subset(
         layout,
         subset,
-        shard_max_bytes=cfg.shard_max_bytes,
-        shard_max_samples=cfg.shard_max_samples,
+        shard_max_bytes=cfg.shards.shard_max_bytes,
+        shard_max_samples=cfg.shards.shard_max_samples,
         store=cfg.store_url,
         check=check,
     )
@@ -141,7 +148,7 @@ def _cluster_cpus(cfg: RunConfig) -> int:
             cpus = int(ray.cluster_resources().get("CPU", 0))
     except Exception:  # noqa: BLE001 - sizing is best effort; the configured CPUs are the fallback
         cpus = 0
-    return cpus or cfg.num_cpus or 2
+    return cpus or cfg.execution.num_cpus or 2
 
 
 def _window(cpus: int) -> int:
@@ -198,7 +205,7 @@ def _outcome_columns(o: SubsetOutcome, cfg: RunConfig) -> dict[str, Any]:
         "visual_tokens": o.stats.visual_tokens,
         "published": o.published,
         "gate": o.gate,
-        "skip_gate": cfg.skip_gate,
+        "skip_gate": cfg.gate.skip_gate,
     }
 
 
@@ -223,18 +230,18 @@ def summary_markdown(summary: RunSummary) -> str:
 
 def _catalog(cfg: RunConfig) -> list[SubsetEntry]:
     fingerprints = {}
-    for subset in cfg.subsets:  # unnamed subsets get theirs below, once the catalog has listed them
-        recipe = find_recipe(subset, cfg.catalogs)
+    for subset in cfg.source.subsets:  # unnamed subsets get theirs below, once the catalog has listed them
+        recipe = find_recipe(subset, cfg.media.catalogs)
         if recipe is not None:
             fingerprints[subset] = recipe_fingerprint(recipe)
     entries = catalog_release(
-        cfg.release,
-        subsets=cfg.subsets,
-        batch_lines=cfg.batch_lines,
-        storage_options=cfg.storage_options,
+        cfg.source.release,
+        subsets=cfg.source.subsets,
+        batch_lines=cfg.batches.batch_lines,
+        storage_options=cfg.source.storage_options,
         recipe_fingerprints=fingerprints or None,
     )
-    if not cfg.subsets:
+    if not cfg.source.subsets:
         entries = [_with_recipe_fingerprint(e, cfg) for e in entries]
     return entries
 
@@ -242,30 +249,26 @@ def _catalog(cfg: RunConfig) -> list[SubsetEntry]:
 def _stage_source(cfg: RunConfig) -> tuple[RunConfig, StagedRelease | None]:
     """With ``--format`` other than nemotron: stage the source as a Nemotron-layout release under
     ``OUT/staging/<format>/`` (media into the store) and return the config the rest of the run uses."""
-    if cfg.source_format == "nemotron":
-        if cfg.source_configs:
+    if cfg.source.source_format == "nemotron":
+        if cfg.source.source_configs:
             raise ReleaseError("--config selects configs of a staged source: give --format too")
         return cfg, None
     staged = stage_source(
-        cfg.release,
-        cfg.source_format,
+        cfg.source.release,
+        cfg.source.source_format,
         cfg.out,
         cfg.store_url,
-        configs=cfg.source_configs,
-        storage_options=cfg.storage_options,
+        configs=cfg.source.source_configs,
+        storage_options=cfg.source.storage_options,
     )
-    unknown = sorted(set(cfg.subsets) - set(staged.subsets))
+    unknown = sorted(set(cfg.source.subsets) - set(staged.subsets))
     if unknown:
         raise ReleaseError(
-            f"subset(s) {', '.join(unknown)} not staged from {cfg.release!r}; "
+            f"subset(s) {', '.join(unknown)} not staged from {cfg.source.release!r}; "
             f"staged: {', '.join(staged.subsets)}"
         )
-    work = cfg.model_copy(
-        update={
-            "release": staged.root,
-            "storage_options": {},
-            "subsets": cfg.subsets or tuple(staged.subsets),
-        }
+    work = cfg.replace(
+        release=staged.root, storage_options={}, subsets=cfg.source.subsets or tuple(staged.subsets)
     )
     return work, staged
 
@@ -274,14 +277,16 @@ def _as_released(entries: list[SubsetEntry], cfg: RunConfig) -> list[SubsetEntry
     """Entries of a staged release name the source as given (release, revision), not the staging folder."""
     import dataclasses
 
-    revision = release_revision(cfg.release)
-    return [dataclasses.replace(e, release=cfg.release, revision=revision or e.revision) for e in entries]
+    revision = release_revision(cfg.source.release)
+    return [
+        dataclasses.replace(e, release=cfg.source.release, revision=revision or e.revision) for e in entries
+    ]
 
 
 def _with_recipe_fingerprint(entry: SubsetEntry, cfg: RunConfig) -> SubsetEntry:
     import dataclasses
 
-    recipe = find_recipe(entry.subset, cfg.catalogs)
+    recipe = find_recipe(entry.subset, cfg.media.catalogs)
     if recipe is None:
         return entry
     return dataclasses.replace(entry, media_recipe_sha256=recipe_fingerprint(recipe))
@@ -324,12 +329,12 @@ def failures_markdown(summary: RunSummary) -> str:
 
 @flow(
     name="vlmforge-run",
-    flow_run_name="run {cfg.release}",
+    flow_run_name="run {cfg.source.release}",
     task_runner=LoopbackRayTaskRunner(),
     log_prints=True,
 )
 def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
-    """Turn the release ``cfg.release`` into manifests and Energon datasets under ``cfg.out``."""
+    """Turn the release ``cfg.source.release`` into manifests and Energon datasets under ``cfg.out``."""
     logger = get_run_logger()
     t0 = time.perf_counter()
     started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -362,16 +367,16 @@ def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
     entries = _catalog(cfg)
     if staged is not None:
         entries = _as_released(entries, given)
-    entries, excluded = split_by_license(entries, cfg.license_allow)
+    entries, excluded = split_by_license(entries, cfg.source.license_allow)
     for subset, why in excluded:
         logger.warning("skipping %s: %s", subset, why)
     logger.info("catalog: %d subsets, %d rows", len(entries), sum(e.rows for e in entries))
     previous = read_previous_catalog(layout)
     for e in entries:  # a shorter JSONL than last time leaves parts that no batch owns any more
         remove_parts_from(layout, e.subset, len(e.batch_offsets) - 1)
-    overrides = load_overrides(cfg.gate_overrides)  # a bad override file fails before any work
+    overrides = load_overrides(cfg.gate.gate_overrides)  # a bad override file fails before any work
     record_run(
-        layout, run_id, subsets=[e.subset for e in entries], skip_gate=cfg.skip_gate, overrides=overrides
+        layout, run_id, subsets=[e.subset for e in entries], skip_gate=cfg.gate.skip_gate, overrides=overrides
     )
     times.append(StageTime(RUN_WIDE, "catalog", time.perf_counter() - tick, len(entries), "subsets"))
 
@@ -395,9 +400,9 @@ def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
 
     tick = time.perf_counter()
     to_publish: list[tuple[SubsetEntry, SubsetOutcome]] = []
-    gates = [] if cfg.skip_gate else [(e, o, gate_task.submit(cfg, e, run_id)) for e, o in to_gate]
+    gates = [] if cfg.gate.skip_gate else [(e, o, gate_task.submit(cfg, e, run_id)) for e, o in to_gate]
     progress.stage("gate", len(gates))
-    for e, o in to_gate if cfg.skip_gate else []:
+    for e, o in to_gate if cfg.gate.skip_gate else []:
         o.gate = "skipped (--skip-gate)"
         to_publish.append((e, o))
     for e, o, fut in gates:
@@ -462,7 +467,7 @@ def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
         StageTime(RUN_WIDE, "run", summary.seconds, sum(o.stats.lines for o in summary.subsets), "rows")
     )
     write_stage_times(
-        cfg.out, run_id, times, started_at=started_at, source_format=given.source_format
+        cfg.out, run_id, times, started_at=started_at, source_format=given.source.source_format
     )  # before the run record: a run with a record has its stage times
     atomic_write_bytes(
         layout.fs,

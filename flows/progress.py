@@ -3,6 +3,9 @@
 The flow reports stage totals and completions here; without an active display (a deployment run by a worker,
 tests, output piped to a file) every call is a no-op, so the flow never depends on a terminal. Prefect's own
 logs and the UI stay the record; this is for the person watching the command.
+
+The same calls are the run's stage events for the test-only hooks of :mod:`flows.faults` (exact kill and
+watch points); without those hooks set, that costs one boolean test per call.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from collections.abc import Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from . import faults
 
 _display: Progress | None = None
 _tasks: dict[str, TaskID] = {}
@@ -46,6 +51,8 @@ def terminal_progress(enabled: bool | None = None) -> Iterator[None]:
 
 def stage(name: str, total: int) -> None:
     """Declare (or resize) stage ``name`` with ``total`` units of work."""
+    if faults.ACTIVE:
+        faults.at(name, 0)
     if _display is None:
         return
     if name in _tasks:
@@ -56,5 +63,13 @@ def stage(name: str, total: int) -> None:
 
 def advance(name: str, n: int = 1) -> None:
     """Mark ``n`` more units of stage ``name`` done."""
+    if faults.ACTIVE:
+        faults.at(name, n)
     if _display is not None and name in _tasks:
         _display.advance(_tasks[name], n)
+
+
+def milestone(name: str) -> None:
+    """A step of a stage that has no bar (``startup``: the Prefect API answers, Ray is up)."""
+    if faults.ACTIVE:
+        faults.at(name, 1)

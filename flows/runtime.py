@@ -1,10 +1,23 @@
 """The embedded runtime: a Prefect API and a Ray cluster for one run, started only when none is configured.
 
 Defaults start everything on loopback with telemetry off: a Prefect server subprocess on 127.0.0.1 (so
-Ray workers share one API instead of each starting an ephemeral server) and a local Ray head bound to
-127.0.0.1 without a dashboard, whose processes see a HOME holding ``ray_bootstrap_config.yaml`` (without it
-every Ray start probes cloud metadata addresses). ``PREFECT_API_URL`` and ``--ray-address``/``RAY_ADDRESS``
-switch to existing services with the same code path.
+Ray workers share one API instead of each starting an ephemeral server) and a local Ray head without a
+dashboard, whose processes see a HOME holding ``ray_bootstrap_config.yaml`` (without it every Ray start
+probes cloud metadata addresses). ``PREFECT_API_URL`` and ``--ray-address``/``RAY_ADDRESS`` switch to
+existing services with the same code path.
+
+Loopback and authentication, the way Ray supports them:
+
+- ``_node_ip_address="127.0.0.1"`` alone does not keep Ray on loopback: ``ray.init`` and ``ray start``
+  replace a loopback node IP by the machine's address unless Ray runs in its local-only mode, the default on
+  macOS and Windows, which ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` selects on Linux too. With a loopback
+  node IP every Ray server (GCS, raylet, object manager, core workers, the driver, the dashboard and
+  runtime-env agents, the metrics endpoints) binds the node IP, so nothing listens beyond 127.0.0.1. Ray
+  reads that variable when it is imported: this module sets it before it imports Ray (prefect-ray).
+- Token authentication: a Ray this module starts always runs with ``RAY_AUTH_MODE=token``; a driver or a
+  ``ray start`` of this process uses token mode unless told otherwise (``QUIET_ENV``). The token is Ray's
+  own: ``RAY_AUTH_TOKEN``, else the file ``RAY_AUTH_TOKEN_PATH``, else ``~/.ray/auth_token`` (created
+  0600 when missing, as ``ray get-auth-token --generate`` does).
 """
 
 from __future__ import annotations
@@ -12,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -23,21 +37,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from prefect_ray import RayTaskRunner
-
 log = logging.getLogger(__name__)
 
-# Set before anything imports Ray, Prefect or Great Expectations.
+# Set before anything imports Ray, Prefect or Great Expectations (applied below, before prefect-ray).
 QUIET_ENV = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
     "RAY_USAGE_STATS_ENABLED": "0",
-    "RAY_AUTH_MODE": "disabled",
+    "RAY_AUTH_MODE": "token",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # Ray's local-only mode: a loopback node IP stays loopback
     "GX_ANALYTICS_ENABLED": "False",
     "AWS_EC2_METADATA_DISABLED": "true",
 }
 
 RAY_BOOTSTRAP = "cluster_name: vlmforge-local\nprovider:\n  type: local\n"
+LOOPBACK = "127.0.0.1"
 
 
 def apply_quiet_env() -> None:
@@ -45,9 +59,16 @@ def apply_quiet_env() -> None:
         os.environ.setdefault(k, v)
 
 
+apply_quiet_env()
+
+from prefect_ray import RayTaskRunner  # noqa: E402 - after the environment Ray reads at import
+
+from . import progress  # noqa: E402
+
+
 def _free_port() -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((LOOPBACK, 0))
         return int(s.getsockname()[1])
 
 
@@ -70,9 +91,9 @@ def prefect_api(startup_timeout_s: float = 180.0) -> Iterator[str]:
         yield url
         return
     port = _free_port()
-    url = f"http://127.0.0.1:{port}/api"
+    url = f"http://{LOOPBACK}:{port}/api"
     log_path = Path(tempfile.mkdtemp(prefix="vlmforge-prefect-")) / "server.log"
-    cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)]
+    cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", LOOPBACK, "--port", str(port)]
     with open(log_path, "wb") as log_file:
         proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=os.environ.copy())
     try:
@@ -84,7 +105,9 @@ def prefect_api(startup_timeout_s: float = 180.0) -> Iterator[str]:
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     tail = log_path.read_text(errors="replace")[-2000:]
-                    raise RuntimeError(f"Prefect server did not start on 127.0.0.1:{port}:\n{tail}") from None
+                    raise RuntimeError(
+                        f"Prefect server did not start on {LOOPBACK}:{port}:\n{tail}"
+                    ) from None
                 time.sleep(0.5)
         os.environ["PREFECT_API_URL"] = url
         yield url
@@ -98,30 +121,86 @@ def prefect_api(startup_timeout_s: float = 180.0) -> Iterator[str]:
         shutil.rmtree(log_path.parent, ignore_errors=True)
 
 
+def ray_token_path() -> Path | None:
+    """Make Ray's authentication token reachable by every process this one starts; returns its file.
+
+    ``RAY_AUTH_TOKEN`` set: nothing to do (children inherit it; None). Otherwise the file
+    ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``, created (0600, random) when missing, and exported as
+    ``RAY_AUTH_TOKEN_PATH``: Ray's processes run with another HOME (see :func:`start_local_ray`), so the
+    default path would not find it.
+    """
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return None
+    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token").absolute()
+    if not path.is_file():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):  # another process made it first: use theirs
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_hex(32))
+    os.environ["RAY_AUTH_TOKEN_PATH"] = str(path)
+    return path
+
+
+def _require_local_only_ray() -> None:
+    """Refuse to start a Ray that would listen beyond loopback (Ray imported before this module)."""
+    from ray._private import ray_constants
+
+    if ray_constants.ENABLE_RAY_CLUSTER:
+        raise RuntimeError(
+            "Ray was imported before vlmforge.flows.runtime set RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, so a "
+            "local Ray would listen on every interface; import vlmforge first (or set it in the environment)"
+        )
+
+
+@contextlib.contextmanager
+def _quiet(logger_name: str) -> Iterator[None]:
+    logger = logging.getLogger(logger_name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def start_local_ray(num_cpus: int | None = None) -> Path:
-    """Start a local Ray head on 127.0.0.1 without dashboard; returns the HOME its processes see."""
+    """Start a local Ray head on loopback, token-authenticated, without dashboard; returns the HOME its
+    processes see."""
     import ray
 
+    _require_local_only_ray()
     home = Path(tempfile.mkdtemp(prefix="vlmforge-ray-home-"))
     (home / "ray_bootstrap_config.yaml").write_text(RAY_BOOTSTRAP)
-    # Ray's processes inherit the environment at start: swap HOME only around the start.
+    if not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
+        # A run's own cluster needs no token on disk: a random one in the environment reaches every process
+        # the run starts and dies with them.
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    ray_token_path()
+    # Ray's processes inherit the environment at start: swap HOME only around the start. RAY_AUTH_MODE
+    # unset: ray.init then turns token authentication on for the new cluster, for itself and its processes.
     old_home = os.environ.get("HOME")
     os.environ["HOME"] = str(home)
+    os.environ.pop("RAY_AUTH_MODE", None)
     try:
-        ray.init(
-            _node_ip_address="127.0.0.1",
-            include_dashboard=False,
-            num_cpus=num_cpus or os.cpu_count() or 1,
-            object_store_memory=256 * 1024**2,
-            log_to_driver=False,
-            configure_logging=False,
-            namespace="prefect",
-        )
+        with _quiet("ray._private.authentication.authentication_token_setup"):  # "token auth is on"
+            ray.init(
+                _node_ip_address=LOOPBACK,
+                include_dashboard=False,
+                num_cpus=num_cpus or os.cpu_count() or 1,
+                object_store_memory=256 * 1024**2,
+                log_to_driver=False,
+                configure_logging=False,
+                namespace="prefect",
+            )
     finally:
         if old_home is None:
             os.environ.pop("HOME", None)
         else:
             os.environ["HOME"] = old_home
+    if ray.util.get_node_ip_address() != LOOPBACK:  # never a reachable Ray by accident
+        ray.shutdown()
+        raise RuntimeError(f"local Ray took node IP {ray.util.get_node_ip_address()}, not {LOOPBACK}")
     return home
 
 
@@ -152,6 +231,7 @@ class LoopbackRayTaskRunner(RayTaskRunner):
         if not ray.is_initialized() and not (self.address or os.environ.get("RAY_ADDRESS")):
             self._local_home = start_local_ray(self.num_cpus)
         super().__enter__()
+        progress.milestone("startup")  # Ray is up (or reached)
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
@@ -171,4 +251,5 @@ def embedded_runtime() -> Iterator[str]:
     """A Prefect API for the run; Ray is started by the flow's task runner (Ray workers inherit the URL)."""
     apply_quiet_env()
     with prefect_api() as url:
+        progress.milestone("startup")  # the Prefect API answers
         yield url

@@ -1,12 +1,24 @@
-"""Run configuration: every option a run takes, validated once, recorded with its outputs."""
+"""Run configuration: every option a run takes, validated once, recorded with its outputs.
+
+A :class:`RunConfig` is made of sub-models, one per concern. Which of them change a batch's manifests and
+media is said ONCE, by :data:`BATCH_INPUTS` (hashed whole into every batch fingerprint) and
+:data:`BATCH_NEUTRAL` (the explicit, short list of what cannot change them); a test checks that every
+sub-model is in exactly one of the two, so a new option is fingerprinted by default of being placed.
+
+Options stay flat where people type them (CLI flags, ``prefect.yaml`` parameters, older run records):
+``RunConfig(release=..., out=..., max_pixels=...)`` distributes flat keys to their sub-models, and
+:meth:`RunConfig.flat` gives the flat form back.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
+
+from .redact import redact_options
 
 # Bump when a change alters manifest or shard bytes for the same inputs and options; it is part of every
 # batch fingerprint, so a new code version redoes exactly the work whose outputs it changes.
@@ -14,66 +26,69 @@ PIPELINE_VERSION = "3"
 
 
 def _mask_secret_options(self: BaseModel, options: dict[str, Any]) -> dict[str, Any]:
-    """JSON serialiser of a field of fsspec options: values of secret-looking keys become ``***``.
+    """JSON serialiser of a field of fsspec options: every value but known-harmless ones becomes ``***``.
 
     Registered on each model with ``field_serializer(...)(_mask_secret_options)`` (pydantic reads the ``self``
     parameter as "a method of the model")."""
-    from ..tasks.catalog.scan import redact_storage_options
-
-    return redact_storage_options(options)
+    return redact_options(options)
 
 
-class StorageOptions(BaseModel):
-    """fsspec options passed as a flow parameter: secret-looking values are masked whenever they are
-    serialised (Prefect stores and shows flow-run parameters); the flow reads ``options`` itself."""
+def _tuples(v: object) -> object:
+    return tuple(v) if isinstance(v, list) else v
 
+
+class _Options(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StorageOptions(_Options):
+    """fsspec options passed as a flow parameter: values are masked whenever they are serialised (Prefect
+    stores and shows flow-run parameters); the flow reads ``options`` itself."""
 
     options: dict[str, Any] = Field(default_factory=dict)
 
     _mask_secrets = field_serializer("options", when_used="json")(_mask_secret_options)
 
 
-class RunConfig(BaseModel):
-    """Options of ``vlmforge run``; the CLI, the Prefect flow and the tests all build one of these."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class SourceOptions(_Options):
+    """What to read: the release, its layout and the subsets. The batch fingerprint holds the JSONL's own
+    hash, so none of these changes a batch's output by itself."""
 
     release: str = Field(description="release folder or fsspec URL")
-    # Layout of the release: the Nemotron one, or a public set staged first (tasks/sources.py).
+    # Layout of the release: the Nemotron one, or a public set staged first (tasks/catalog/layouts/).
     source_format: Literal["nemotron", "mantis", "infovqa", "llava_video"] = "nemotron"
     source_configs: tuple[str, ...] = ()  # --config: configs of a staged source (empty: every config)
-    out: str = Field(description="output folder")
     subsets: tuple[str, ...] = ()  # empty: every subset of the release
-    media_roots: tuple[str, ...] = ()
-    # fsspec options of the release (s3 endpoint, credentials, ...). Values of secret-looking keys are masked
-    # whenever the options are serialised (the run record, Prefect's flow-run parameters and UI); workers get
-    # the object itself. A deployment should take credentials from the environment instead.
+    # fsspec options of the release (s3 endpoint, credentials, ...). Masked whenever serialised (the run
+    # record, Prefect's flow-run parameters and UI); workers get the object itself. A deployment should take
+    # credentials from the environment instead.
     storage_options: dict[str, Any] = Field(default_factory=dict)
     license_allow: tuple[str, ...] = ()  # empty: every license; else SPDX ids or patterns (MIT, CC-BY-*)
-    allowed_url_schemes: tuple[str, ...] = ()  # media references that may be URLs (http, https, s3, ...)
-    # Fetch stage: content-addressed store (default OUT/store) and recipe folders searched before catalog/.
-    store: str | None = None
-    catalogs: tuple[str, ...] = ()
+
+    _tuple = field_validator("source_configs", "subsets", "license_allow", mode="before")(_tuples)
+    _mask_secrets = field_serializer("storage_options", when_used="json")(_mask_secret_options)
+
+
+class FetchOptions(_Options):
+    """How media are fetched: where the content store is and how hard upstream hosts are pushed. Objects
+    are stored by content hash, so none of these changes what a batch writes (a batch with transient
+    failures is not committed)."""
+
+    store: str | None = None  # content-addressed store (default OUT/store)
     fetch_concurrency: int = Field(default=16, gt=0)
     # Requests in flight to one upstream host across the whole run: the batches fetching at once (one per
     # cluster CPU) split it, each keeping at least one.
     fetch_per_host: int = Field(default=32, gt=0)
     # Wall-clock bound of one batch's fetches: what is unfinished then ends as `timeout` (retried next run).
     fetch_batch_timeout: float | None = Field(default=3600.0, gt=0)
-    model: str = "qwen2_5_vl"
-    model_dir: str | None = None  # a local model folder whose preprocessor_config.json overrides the preset
-    tokenizer: str | None = None  # tokenizer.json or a model folder; None: the preset's built-in tokenizer
-    # Knobs (Megatron-Bridge names). None means "no limit" except max_pixels/min_pixels (preset default).
-    max_pixels: int | None = Field(default=None, gt=0)
-    min_pixels: int | None = Field(default=None, gt=0)
-    max_num_images: int | None = Field(default=None, ge=0)
-    max_num_frames: int | None = Field(default=None, ge=2)
-    frames_mode: Literal["uniform", "truncate"] = "uniform"
-    max_visual_tokens: int | None = Field(default=None, gt=0)
-    seq_len: int | None = Field(default=None, gt=0)
-    seq_len_mode: Literal["drop", "truncate"] = "drop"  # truncate: cut text after the last visual token
-    # Media handling.
+
+
+class MediaOptions(_Options):
+    """Where references resolve and how media are verified, converted and stored."""
+
+    media_roots: tuple[str, ...] = ()
+    allowed_url_schemes: tuple[str, ...] = ()  # media references that may be URLs (http, https, s3, ...)
+    catalogs: tuple[str, ...] = ()  # recipe folders searched before catalog/
     image_format: Literal["keep", "jpeg", "webp", "png"] = "keep"
     max_image_pixels: int = Field(default=256_000_000, gt=0)  # decompression-bomb limit, from the header
     min_image_side: int = Field(default=1, ge=1)  # a shorter displayed side is a too_small reject
@@ -82,59 +97,137 @@ class RunConfig(BaseModel):
     # frames: the sampled frames are written as images at the model's frame size.
     video_mode: Literal["keep", "frames"] = "keep"
     video_max_pixels: int | None = Field(default=None, gt=0)  # per-frame cap of --video-mode frames
-    # Output.
+
+    _tuple = field_validator("media_roots", "allowed_url_schemes", "catalogs", mode="before")(_tuples)
+
+
+class TokenOptions(_Options):
+    """The target model and the knobs (Megatron-Bridge names). None means "no limit" except
+    max_pixels/min_pixels (the preset's default)."""
+
+    model: str = "qwen2_5_vl"
+    model_dir: str | None = None  # a local model folder whose preprocessor_config.json overrides the preset
+    tokenizer: str | None = None  # tokenizer.json or a model folder; None: the preset's built-in tokenizer
+    max_pixels: int | None = Field(default=None, gt=0)
+    min_pixels: int | None = Field(default=None, gt=0)
+    max_num_images: int | None = Field(default=None, ge=0)
+    max_num_frames: int | None = Field(default=None, ge=2)
+    frames_mode: Literal["uniform", "truncate"] = "uniform"
+    max_visual_tokens: int | None = Field(default=None, gt=0)
+    seq_len: int | None = Field(default=None, gt=0)
+    seq_len_mode: Literal["drop", "truncate"] = "drop"  # truncate: cut text after the last visual token
+
+
+class BatchOptions(_Options):
+    """How lines are cut into batches and which split an ok sample lands in."""
+
     batch_lines: int = Field(default=2000, gt=0)
+    val_fraction: float = Field(default=0.0, ge=0.0, lt=1.0)
+
+
+class ShardOptions(_Options):
+    """Shard sizes of the published datasets (publish reads the manifests; batches are not affected)."""
+
     shard_max_bytes: int = Field(default=1_000_000_000, gt=0)
     shard_max_samples: int = Field(default=10_000, gt=0)
-    val_fraction: float = Field(default=0.0, ge=0.0, lt=1.0)
+
+
+class GateOptions(_Options):
     skip_gate: bool = False
     max_reject_rate: float = Field(default=0.5, ge=0.0, le=1.0)
     gate_overrides: str | None = None  # JSON file of per-subset gate parameters (expectations/overrides.json)
-    # Execution.
+
+
+class ExecutionOptions(_Options):
     ray_address: str | None = None
     num_cpus: int | None = Field(default=None, gt=0)
 
-    @field_validator(
-        "subsets",
-        "media_roots",
-        "license_allow",
-        "allowed_url_schemes",
-        "catalogs",
-        "source_configs",
-        mode="before",
-    )
+
+# The sub-models whose every field can change a batch's samples/media parts: hashed whole.
+BATCH_INPUTS: Final = ("media", "tokens", "batches")
+# Everything else, said explicitly: the output folder, what to read, how to fetch, and what happens after
+# the batches (shards, gate, execution).
+BATCH_NEUTRAL: Final = ("out", "source", "fetch", "shards", "gate", "execution")
+
+
+class RunConfig(_Options):
+    """Options of ``vlmforge run``; the CLI, the Prefect flow and the tests all build one of these."""
+
+    out: str = Field(description="output folder")
+    source: SourceOptions
+    fetch: FetchOptions = FetchOptions()
+    media: MediaOptions = MediaOptions()
+    tokens: TokenOptions = TokenOptions()
+    batches: BatchOptions = BatchOptions()
+    shards: ShardOptions = ShardOptions()
+    gate: GateOptions = GateOptions()
+    execution: ExecutionOptions = ExecutionOptions()
+
+    @model_validator(mode="before")
     @classmethod
-    def _tuple(cls, v: object) -> object:
-        return tuple(v) if isinstance(v, list) else v
+    def _nest_flat_options(cls, data: Any) -> Any:
+        """Flat keys (``max_pixels=...``) go to the sub-model that holds them; nested input passes."""
+        if not isinstance(data, dict):
+            return data
+        nested: dict[str, Any] = {}
+        for key, value in data.items():
+            owner = _OWNER.get(key)
+            if owner is None:
+                nested[key] = value
+            else:
+                sub = nested.setdefault(owner, {})
+                if isinstance(sub, BaseModel):
+                    sub = nested[owner] = sub.model_dump()
+                sub[key] = value
+        return nested
+
+    @classmethod
+    def of(cls, **options: Any) -> RunConfig:
+        """A config from flat options (the CLI's names): the typed ``RunConfig(max_pixels=...)``."""
+        return cls(**options)
+
+    def flat(self) -> dict[str, Any]:
+        """Every option by its flat name (the CLI's and ``prefect.yaml``'s)."""
+        out: dict[str, Any] = {"out": self.out}
+        for name in _SUBMODELS:
+            out.update(dict(getattr(self, name)))
+        return out
+
+    @staticmethod
+    def flatten(options: dict[str, Any]) -> dict[str, Any]:
+        """A recorded config (nested, or flat as older runs wrote it) as flat options."""
+        out: dict[str, Any] = {}
+        for key, value in options.items():
+            if key in _SUBMODELS and isinstance(value, dict):
+                out.update(value)
+            else:
+                out[key] = value
+        return out
+
+    def replace(self, **flat: Any) -> RunConfig:
+        """A copy with some options changed, by flat name (validated like a new config)."""
+        return RunConfig.of(**(self.flat() | flat))
 
     def media_fingerprint(self) -> str:
-        """Hash of every option that changes a batch's manifests or media bytes."""
-        keys = (
-            "model",
-            "model_dir",
-            "tokenizer",
-            "max_pixels",
-            "min_pixels",
-            "max_num_images",
-            "max_num_frames",
-            "frames_mode",
-            "max_visual_tokens",
-            "seq_len",
-            "seq_len_mode",
-            "min_image_side",
-            "video_mode",
-            "video_max_pixels",
-            "allowed_url_schemes",
-            "catalogs",
-            "image_format",
-            "max_image_pixels",
-            "media_roots",
-        )
-        payload = {k: getattr(self, k) for k in keys} | {"pipeline_version": PIPELINE_VERSION}
+        """Hash of every option that changes a batch's manifests or media bytes: the sub-models named by
+        :data:`BATCH_INPUTS`, whole, and the code version."""
+        payload = {name: getattr(self, name).model_dump(mode="json") for name in BATCH_INPUTS}
+        payload["pipeline_version"] = PIPELINE_VERSION
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     @property
     def store_url(self) -> str:
-        return self.store or f"{self.out.rstrip('/')}/store"
+        return self.fetch.store or f"{self.out.rstrip('/')}/store"
 
-    _mask_secrets = field_serializer("storage_options", when_used="json")(_mask_secret_options)
+
+_SUBMODELS: Final = tuple(
+    name
+    for name, field in RunConfig.model_fields.items()
+    if isinstance(field.annotation, type) and issubclass(field.annotation, _Options)
+)
+# flat option name -> the sub-model holding it (option names are unique across sub-models)
+_OWNER: Final = {
+    key: name
+    for name in _SUBMODELS
+    for key in RunConfig.model_fields[name].annotation.model_fields  # type: ignore[union-attr]
+}

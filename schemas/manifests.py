@@ -10,73 +10,16 @@ from typing import Final, Literal
 
 import pyarrow as pa
 
+from .rows import MediaRow, SampleRow, arrow_schema
+
 SampleStatus = Literal["ok", "rejected", "dropped"]
 SAMPLE_STATUSES: Final = ("ok", "rejected", "dropped")
 MEDIA_KINDS: Final = ("image", "video")
 
-# One row per input line of a subset's JSONL, rejected and dropped lines included, so that
-# rows in = ok + rejected + dropped holds for every subset.
-SAMPLES = pa.schema(
-    [
-        pa.field("subset", pa.string(), nullable=False),
-        pa.field("sample_id", pa.string()),  # null when the line could not be parsed
-        pa.field("line", pa.int64(), nullable=False),  # 1-based line number in <subset>.jsonl
-        pa.field("key", pa.string()),  # Energon sample key, null unless ok
-        pa.field("status", pa.string(), nullable=False),
-        pa.field("reason", pa.string()),  # why rejected/dropped; a dropped reason names its knob
-        pa.field("n_images", pa.int32(), nullable=False),
-        pa.field("n_videos", pa.int32(), nullable=False),
-        pa.field("text_tokens", pa.int64()),
-        pa.field("visual_tokens", pa.int64()),
-        pa.field("total_tokens", pa.int64()),
-        pa.field("split", pa.string()),  # train | val, null unless ok
-        pa.field("shard", pa.string()),  # filled when the subset is published
-        # Added columns (never repurpose the ones above).
-        pa.field("id_conflict_of", pa.int64()),  # an earlier line with the same id and other content
-        pa.field("truncated_tokens", pa.int64()),  # --seq-len-mode truncate: text tokens cut
-    ]
-)
-
-# One row per media reference of every parsed sample (a sample rejected at parse time has none).
-MEDIA = pa.schema(
-    [
-        pa.field("subset", pa.string(), nullable=False),
-        pa.field("sample_id", pa.string(), nullable=False),
-        pa.field("line", pa.int64(), nullable=False),
-        pa.field("index", pa.int32(), nullable=False),  # position among the sample's media parts
-        pa.field("ref", pa.string(), nullable=False),
-        pa.field("kind", pa.string(), nullable=False),  # image | video
-        pa.field("status", pa.string(), nullable=False),  # ok | rejected
-        pa.field("reason", pa.string()),
-        pa.field(
-            "source", pa.string()
-        ),  # where the reference resolved: media_root | subset | media | tar:<name>
-        pa.field("sha256", pa.string()),  # of the upstream bytes
-        pa.field("bytes", pa.int64()),  # upstream size
-        pa.field("format", pa.string()),
-        pa.field("width", pa.int32()),  # as displayed (EXIF orientation / rotation applied)
-        pa.field("height", pa.int32()),
-        pa.field("out_sha256", pa.string()),  # bytes written to shards (== sha256 when kept)
-        pa.field("out_bytes", pa.int64()),
-        pa.field("out_ext", pa.string()),
-        pa.field("out_width", pa.int32()),
-        pa.field("out_height", pa.int32()),
-        pa.field("kept_original", pa.bool_()),
-        pa.field("notes", pa.string()),
-        pa.field("frames", pa.int32()),  # video: frames in the file
-        pa.field("fps", pa.float64()),
-        pa.field("sampled_frames", pa.int32()),  # video: frames the model's sampler takes
-        pa.field("visual_tokens", pa.int64()),
-        # Added columns: the fetch stage's outcome (null when the reference resolved locally, no recipe).
-        pa.field("upstream", pa.string()),  # where the bytes came from (URL, s3://, archive URL#member, path)
-        pa.field("fetch_status", pa.string()),  # ok | a failure class (tasks/http.py FAILURE_CLASSES)
-        pa.field("fetch_detail", pa.string()),  # what failed, readable
-        pa.field("frame_indices", pa.list_(pa.int32())),  # video: the frames the token count assumes
-        # --video-mode frames: one stored image per sampled frame (out_sha256 names their list object).
-        pa.field("frame_sha256", pa.list_(pa.string())),
-        pa.field("frame_bytes", pa.list_(pa.int64())),
-    ]
-)
+# One row per input line of a subset's JSONL / per media reference: the columns are the fields of the typed
+# rows (schemas/rows.py), where they are documented.
+SAMPLES: Final = arrow_schema(SampleRow)
+MEDIA: Final = arrow_schema(MediaRow)
 
 SUBSETS = pa.schema(
     [

@@ -17,6 +17,9 @@ with ``shards``), and the named groups of the source's ``match`` regex. A refere
 match is not looked up in that source. ``${NAME}`` is replaced by the environment variable NAME (a source
 whose variable is unset is skipped with a reason), so a recipe can point at a local mirror without naming it.
 
+Each kind is one model here (listed in the ``Source`` union; ``remote`` says whether it needs the network)
+and one module ``tasks/fetch/sources/<kind>.py`` registered in ``tasks/fetch/sources/__init__.py``.
+
 RECIPE BREAKING CHANGE rule: renaming a field or a variable breaks users' recipes; add, never repurpose.
 """
 
@@ -26,7 +29,7 @@ import os
 import posixpath
 import re
 import string
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -95,6 +98,9 @@ class _Model(BaseModel):
 
 
 class _SourceBase(_Model):
+    """One entry of a recipe's ``sources``; each kind is answered by ``tasks/fetch/sources/<kind>.py``."""
+
+    remote: ClassVar[bool] = True  # needs the network or an object store (False: read in place)
     match: str | None = Field(
         default=None, description="regex searched in the normalised reference; named groups become variables"
     )
@@ -131,12 +137,14 @@ class ReleaseTarSource(_SourceBase):
     """The subset's own media in the release, in the pipeline's resolution order."""
 
     kind: Literal["release_tar"]
+    remote: ClassVar[bool] = False
 
 
 class LocalSource(_SourceBase):
     """A folder (local path or fsspec URL) holding the upstream files in the documented layout."""
 
     kind: Literal["local"]
+    remote: ClassVar[bool] = False
     root: str | None = Field(default=None, description="folder; None: each --media-root of the run")
     path: str = Field(default="{ref}", description="file path under root (template)")
     storage_options: dict[str, Any] = Field(default_factory=dict, description="fsspec options of root")
@@ -286,8 +294,11 @@ Source = Annotated[
     ReleaseTarSource | LocalSource | HttpFilesSource | ArchiveSource | S3Source | HfSource,
     Field(discriminator="kind"),
 ]
-SOURCE_KINDS: tuple[str, ...] = ("release_tar", "local", "http_files", "archive", "s3", "hf")
-REMOTE_KINDS: frozenset[str] = frozenset({"http_files", "archive", "s3", "hf"})
+SOURCE_MODELS: tuple[type[_SourceBase], ...] = get_args(get_args(Source)[0])
+SOURCE_KINDS: tuple[str, ...] = tuple(get_args(m.model_fields["kind"].annotation)[0] for m in SOURCE_MODELS)
+REMOTE_KINDS: frozenset[str] = frozenset(
+    k for m, k in zip(SOURCE_MODELS, SOURCE_KINDS, strict=True) if m.remote
+)
 
 
 class Recipe(_Model):
@@ -315,7 +326,7 @@ class Recipe(_Model):
     @property
     def remote(self) -> bool:
         """True when a source needs the network (or an object store)."""
-        return any(s.kind in REMOTE_KINDS for s in self.sources)
+        return any(s.remote for s in self.sources)
 
     @classmethod
     def default(cls, subset: str) -> Recipe:

@@ -1,11 +1,12 @@
 """The internal record every input format is normalised to, and the catalog entry of a subset.
 
 Every JSON form the parser accepts (Nemotron v2/v3 ``messages``, LLaVA / Llama-Nemotron-VLM v1 / Mantis
-``conversations`` with ``<image>`` placeholders) becomes the same :class:`Record`.
+``conversations`` with ``<image>`` placeholders; one module each in ``tasks/parse/forms/``) becomes the same
+:class:`Record`.
 
 Parts are plain dicts (``{"type": "text", "text": ...}``, ``{"type": "image", "ref": ...}``,
-``{"type": "video", "ref": ...}``) rather than models: parsing 6.9M rows must stay cheap, and the parser in
-``tasks/parse.py`` is the one place that builds them, so their shape is checked there.
+``{"type": "video", "ref": ...}``) rather than models: parsing 6.9M rows must stay cheap, and the parse
+package (``tasks/parse/``) is the one place that builds them, so their shape is checked there.
 """
 
 from __future__ import annotations

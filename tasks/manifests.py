@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..schemas.manifests import TABLES
+from ..schemas.rows import MediaRow, SampleRow
 from .storage import atomic_write_bytes, url_to_fs
 
 FINGERPRINT_KEY = b"vlmforge.fingerprint"
@@ -68,9 +69,24 @@ class OutputLayout:
         return sorted(n.split("=", 1)[1] for n in names if n.startswith("subset="))
 
 
-def to_table(rows: Iterable[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
-    rows = list(rows)
-    return pa.Table.from_pylist([{k: r.get(k) for k in schema.names} for r in rows], schema=schema)
+Row = Mapping[str, Any] | SampleRow | MediaRow
+
+
+def _columns(row: Row, names: list[str], known: frozenset[str]) -> dict[str, Any]:
+    """A row's values by column: a typed row's fields, or a mapping's keys (a missing one is null, an
+    unknown one an error: a misspelt key must not vanish from the manifest)."""
+    if not isinstance(row, Mapping):
+        return {name: getattr(row, name) for name in names}
+    unknown = row.keys() - known
+    if unknown:
+        raise ValueError(f"unknown manifest column(s) {sorted(unknown)}; the table has {names}")
+    return {name: row.get(name) for name in names}
+
+
+def to_table(rows: Iterable[Row], schema: pa.Schema) -> pa.Table:
+    names = schema.names
+    known = frozenset(names)
+    return pa.Table.from_pylist([_columns(r, names, known) for r in rows], schema=schema)
 
 
 def write_part(
@@ -78,7 +94,7 @@ def write_part(
     table: str,
     subset: str,
     index: int,
-    rows: Iterable[Mapping[str, Any]],
+    rows: Iterable[Row],
     *,
     fingerprint: str | None = None,
     stats: Mapping[str, Any] | None = None,

@@ -28,9 +28,13 @@ os.environ["AWS_ACCESS_KEY_ID"] = "testing"
 os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
 os.environ["AWS_DEFAULT_REGION"] = "us-east-1"
 
-from vlmforge.flows.runtime import apply_quiet_env  # noqa: E402
+# Ray's token for every Ray the tests start (token authentication, as in a run), never ~/.ray/auth_token.
+os.environ["RAY_AUTH_TOKEN_PATH"] = str(_HOME / "ray" / "auth_token")
+
+from vlmforge.flows.runtime import apply_quiet_env, ray_token_path  # noqa: E402
 
 apply_quiet_env()
+ray_token_path()
 
 REAL_MEDIA = Path(
     os.environ.get("VLMFORGE_REAL_MEDIA", Path(__file__).resolve().parents[2] / "shared/testdata/real-media")
@@ -48,7 +52,7 @@ def prefect_harness() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def sample_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from vlmforge.tasks.ops.sample_release import build_sample_release
+    from vlmforge.tasks.ops.sample_release.build import build_sample_release
 
     return build_sample_release(tmp_path_factory.mktemp("release") / "sample").root
 

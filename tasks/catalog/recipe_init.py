@@ -18,9 +18,9 @@ import yaml
 
 from ...schemas.recipes import parse_recipe
 from ..errors import ReleaseError
-from ..parse.records import MEDIA_TYPES
+from ..parse.parts import MEDIA_TYPES
 from ..storage import url_to_fs
-from .scan import detect_license
+from .licenses import detect_license
 
 _URL = re.compile(r"""(?:https?|s3)://[^\s<>()\[\]"'`]+""")
 _ARCHIVE = re.compile(r"\.(zip|tar|tgz|tar\.gz|tar\.bz2|tar\.xz)$", re.IGNORECASE)
@@ -116,15 +116,23 @@ def draft_recipe(release: str, subset: str) -> Draft:
     readme = ""
     if fs.exists(f"{folder}/README.md"):
         readme = fs.cat_file(f"{folder}/README.md").decode("utf-8", errors="replace")
-    license_id, license_text = detect_license(readme)
     urls = readme_urls(readme)
     refs = sample_refs(fs, jsonl)
+    data = _draft_data(subset, readme, urls)
+    parse_recipe(data)  # the draft must validate as it is written
+    body = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=110)
+    return Draft(subset, "\n".join(_draft_header(subset, urls, refs)) + "\n" + body, tuple(urls), tuple(refs))
+
+
+def _draft_data(subset: str, readme: str, urls: list[str]) -> dict[str, Any]:
+    """The recipe fields: the release's own media first, then one source per media-like URL."""
+    license_id, license_text = detect_license(readme)
     sources: list[dict[str, Any]] = [{"kind": "release_tar"}, {"kind": "local"}]
     for url in urls:
         src = source_for_url(url)
         if src is not None and src not in sources:
             sources.append(src)
-    data: dict[str, Any] = {
+    return {
         "subset": subset,
         "status": "draft",
         "title": None,
@@ -136,7 +144,10 @@ def draft_recipe(release: str, subset: str) -> Draft:
         "templates against the sample references, pin revisions, then set status: ready.",
         "sources": sources,
     }
-    parse_recipe(data)  # the draft must validate as it is written
+
+
+def _draft_header(subset: str, urls: list[str], refs: list[str]) -> list[str]:
+    """The comment lines above the YAML: how to review it, sample references, URLs not drafted."""
     header = [
         f"# DRAFT media recipe for {subset}, written by `vlmforge recipe init` from {subset}/README.md.",
         "# Review it: sources are tried in order for each reference; templates use {ref} {name} {stem} {ext}",
@@ -152,5 +163,4 @@ def draft_recipe(release: str, subset: str) -> Draft:
             "# Other URLs in the README (not drafted as sources):",
             *[f"#   {u}" for u in skipped],
         ]
-    body = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=110)
-    return Draft(subset, "\n".join(header) + "\n" + body, tuple(urls), tuple(refs))
+    return header

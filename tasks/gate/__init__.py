@@ -1,0 +1,17 @@
+"""The quality gate: Great Expectations suites (``expectations/*.json``) over DuckDB profiles of a subset's
+manifests and its staged Energon dataset; a subset that fails is not published.
+
+Modules, each depending only on those above it:
+
+    suites.py    the suites' names and JSON
+    params.py    the suites' parameters: defaults, run options, per-subset overrides
+    results.py   GateResult; recording results under OUT/quality/<run>/ and reading them back
+    drift.py     the last published run's counts (the baseline) and the drift profile
+    profiles.py  the DuckDB views over the manifests and the profile SQL
+    gx.py        a quiet Great Expectations context
+    validate.py  one suite over one profile; a readable line per failure, with example rows
+    check.py     the gate of one subset (samples, media, drift)
+    shards.py    the shards suite on the staged dataset, run before the swap
+    report.py    the results for people: CLI rows, Markdown artifact, the HTML report page
+    docs.py      Data Docs: GX's site made offline, under the report page, and the results index
+"""

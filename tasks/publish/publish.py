@@ -1,11 +1,10 @@
 """Publish stage: turn one subset's committed manifests into its Energon dataset, then record the shards.
 
 Reads the ok samples' records in line order and hands them to the shard writer with their media as
-:class:`~vlmforge.tasks.publish.shards.MediaPart` (size and ``out_sha256`` from the ``media`` table, bytes
-read from
-the content store only when their shard is written, so a resumed publish skips finished shards without
-reading them). The writer publishes the dataset atomically. Then the ``shards`` table is written and each
-``samples`` part gets its ``shard`` column filled; a key that an earlier batch already used becomes a
+:class:`~vlmforge.tasks.publish.samples.MediaPart` (size and ``out_sha256`` from the ``media`` table, bytes
+read from the content store only when their shard is written, so a resumed publish skips finished shards
+without reading them). The writer publishes the dataset atomically. Then the ``shards`` table is written and
+each ``samples`` part gets its ``shard`` column filled; a key that an earlier batch already used becomes a
 ``duplicate_key`` reject there (within a batch, ``build_batch`` already rejects it).
 """
 
@@ -16,10 +15,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ...schemas.reasons import reason
 from ..manifests import (
     FINGERPRINT_KEY,
     STATS_KEY,
@@ -30,7 +31,12 @@ from ..manifests import (
     write_part,
 )
 from ..storage import ContentStore
-from .shards import MediaPart, ShardSample, write_energon_dataset, write_metadataset
+from .dataset import write_energon_dataset
+from .listing import published_subsets, read_manifest, shard_of_key
+from .metadataset import write_metadataset
+from .samples import DatasetResult, MediaPart, ShardSample
+
+MediaIndex = dict[tuple[int, int], list[tuple[str, int]]]
 
 
 @dataclass
@@ -46,7 +52,46 @@ class PublishResult:
     duplicates: int = 0
 
 
-def _media_index(layout: OutputLayout, subset: str) -> dict[tuple[int, int], list[tuple[str, int]]]:
+def publish_subset(
+    layout: OutputLayout,
+    subset: str,
+    *,
+    shard_max_bytes: int,
+    shard_max_samples: int,
+    store: str | None = None,
+    check: Callable[[Path], None] | None = None,
+) -> PublishResult:
+    """Write ``energon/<subset>`` from the manifests; record shards and fill ``samples.shard``.
+
+    ``store`` is the content store holding the media (default ``OUT/store``); ``check`` validates the
+    staged dataset before it replaces the published one (see :func:`write_energon_dataset`).
+    """
+    dest = f"{layout.energon}/{subset}"
+    duplicates: dict[int, str] = {}
+    result = write_energon_dataset(
+        _shard_samples(layout, subset, duplicates, store),
+        Path(dest),
+        subset=subset,
+        shard_max_bytes=shard_max_bytes,
+        shard_max_samples=shard_max_samples,
+        check=check,
+    )
+    _write_shards_table(layout, subset, result)
+    written = shard_of_key(Path(dest))
+    for path in layout.parts("samples", subset):
+        _fill_shards(layout, subset, path, written, duplicates)
+    return PublishResult(
+        subset=subset,
+        samples=result.samples,
+        shards=len(result.shards),
+        bytes=sum(s.bytes for s in result.shards),
+        path=dest,
+        reused_shards=result.reused_shards,
+        duplicates=len(duplicates),
+    )
+
+
+def _media_index(layout: OutputLayout, subset: str) -> MediaIndex:
     """(line, index) -> [(sha256, bytes)] of the stored object(s) of every media part of ``subset``: one for
     an image or a kept video, one per frame for ``--video-mode frames``."""
     media = read_table(layout, "media", subset)
@@ -55,7 +100,7 @@ def _media_index(layout: OutputLayout, subset: str) -> dict[tuple[int, int], lis
         columns += [media["frame_sha256"].to_pylist(), media["frame_bytes"].to_pylist()]
     else:
         columns += [[None] * media.num_rows] * 2
-    index: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    index: MediaIndex = {}
     for ln, ix, sha, size, frame_shas, frame_sizes in zip(*columns, strict=True):
         if frame_shas:
             index[(ln, ix)] = list(zip(frame_shas, frame_sizes, strict=True))
@@ -85,46 +130,29 @@ def _shard_samples(
         doc = json.loads(text)
         key = doc["vlmforge"]["key"]
         if key in first_line:
-            duplicates[line] = f"duplicate_key: {key} already used by line {first_line[key]}"
+            duplicates[line] = reason("duplicate_key", f"{key} already used by line {first_line[key]}")
             continue
         first_line[key] = line
-        media: list[MediaPart] = []
-        for msg in doc["messages"]:
-            for part in msg["content"]:
-                if isinstance(part, dict) and part.get("type") in ("image", "video"):
-                    names = part["frames"] if "frames" in part else [part["part"]]
-                    objects = media_index[(line, part["index"])]
-                    for name, (sha, size) in zip(names, objects, strict=True):
-                        media.append(
-                            MediaPart(name=name, size=size, sha256=sha, load=partial(store.get, sha))
-                        )
-        yield ShardSample(key=key, split=split, json=doc, media=tuple(media))
+        media = _media_parts(doc, media_index, line, store)
+        yield ShardSample(key=key, split=split, json=doc, media=media)
 
 
-def publish_subset(
-    layout: OutputLayout,
-    subset: str,
-    *,
-    shard_max_bytes: int,
-    shard_max_samples: int,
-    store: str | None = None,
-    check: Callable[[Path], None] | None = None,
-) -> PublishResult:
-    """Write ``energon/<subset>`` from the manifests; record shards and fill ``samples.shard``.
+def _media_parts(
+    doc: dict[str, Any], media_index: MediaIndex, line: int, store: ContentStore
+) -> tuple[MediaPart, ...]:
+    """The record's media content parts (a video stored as frames: one part per frame), in order."""
+    media: list[MediaPart] = []
+    for msg in doc["messages"]:
+        for part in msg["content"]:
+            if isinstance(part, dict) and part.get("type") in ("image", "video"):
+                names = part["frames"] if "frames" in part else [part["part"]]
+                objects = media_index[(line, part["index"])]
+                for name, (sha, size) in zip(names, objects, strict=True):
+                    media.append(MediaPart(name=name, size=size, sha256=sha, load=partial(store.get, sha)))
+    return tuple(media)
 
-    ``store`` is the content store holding the media (default ``OUT/store``); ``check`` validates the
-    staged dataset before it replaces the published one (see :func:`write_energon_dataset`).
-    """
-    dest = f"{layout.energon}/{subset}"
-    duplicates: dict[int, str] = {}
-    result = write_energon_dataset(
-        _shard_samples(layout, subset, duplicates, store),
-        Path(dest),
-        subset=subset,
-        shard_max_bytes=shard_max_bytes,
-        shard_max_samples=shard_max_samples,
-        check=check,
-    )
+
+def _write_shards_table(layout: OutputLayout, subset: str, result: DatasetResult) -> None:
     shard_rows = [
         {
             "subset": subset,
@@ -137,76 +165,56 @@ def publish_subset(
         for s in result.shards
     ]
     write_part(layout, "shards", subset, 0, shard_rows)
-    shard_of_key = _shard_of_key(Path(dest))
-    for path in layout.parts("samples", subset):
-        _fill_shards(layout, subset, path, shard_of_key, duplicates)
-    return PublishResult(
-        subset=subset,
-        samples=result.samples,
-        shards=len(result.shards),
-        bytes=sum(s.bytes for s in result.shards),
-        path=dest,
-        reused_shards=result.reused_shards,
-        duplicates=len(duplicates),
-    )
-
-
-def _shard_of_key(dest: Path) -> dict[str, str]:
-    listing = json.loads((dest / "vlmforge-shards.json").read_text())
-    return {key: entry["shard"] for entry in listing for key in entry["keys"]}
 
 
 def _fill_shards(
-    layout: OutputLayout, subset: str, path: str, shard_of_key: dict[str, str], duplicates: dict[int, str]
+    layout: OutputLayout, subset: str, path: str, written: dict[str, str], duplicates: dict[int, str]
 ) -> None:
+    """Rewrite one ``samples`` part with its ``shard`` column (and its cross-batch duplicates rejected),
+    keeping its fingerprint and its batch stats consistent; untouched when nothing changes."""
     meta = part_metadata(layout, path) or {}
     with layout.fs.open(path, "rb") as f:
-        tbl = pq.read_table(f)
-    rows = tbl.to_pylist()
+        rows = pq.read_table(f).to_pylist()
     stats = json.loads(meta[STATS_KEY]) if STATS_KEY in meta else None
     changed = False
     for row in rows:
-        reason = duplicates.get(row["line"]) if row["status"] == "ok" else None
-        if reason is not None:
-            row.update(status="rejected", reason=reason, key=None, split=None)
+        duplicate = duplicates.get(row["line"]) if row["status"] == "ok" else None
+        if duplicate is not None:
+            _reject_duplicate(row, duplicate, stats)
             changed = True
-            if stats is not None:  # keep the committed batch stats (read back on resume) consistent
-                stats["ok"] = stats.get("ok", 0) - 1
-                stats["rejected"] = stats.get("rejected", 0) + 1
-                for name, column in (("images", "n_images"), ("videos", "n_videos")):
-                    stats[name] = stats.get(name, 0) - (row[column] or 0)
-                for name in ("text_tokens", "visual_tokens"):
-                    stats[name] = stats.get(name, 0) - (row[name] or 0)
-        shard = shard_of_key.get(row["key"]) if row["key"] else None
+        shard = written.get(row["key"]) if row["key"] else None
         if shard != row["shard"]:
             row["shard"] = shard
             changed = True
     if not changed:
         return
     fp = meta.get(FINGERPRINT_KEY)
-    write_part(
-        layout,
-        "samples",
-        subset,
-        int(path.rsplit("part-", 1)[1][:5]),
-        rows,
-        fingerprint=fp.decode() if fp else None,
-        stats=stats,
-    )
+    index = int(path.rsplit("part-", 1)[1][:5])
+    write_part(layout, "samples", subset, index, rows, fingerprint=fp.decode() if fp else None, stats=stats)
+
+
+def _reject_duplicate(row: dict[str, Any], why: str, stats: dict[str, Any] | None) -> None:
+    """Turn an ok row into a ``duplicate_key`` reject; the committed batch stats (read back on resume)
+    follow."""
+    row.update(status="rejected", reason=why, key=None, split=None)
+    if stats is None:
+        return
+    stats["ok"] = stats.get("ok", 0) - 1
+    stats["rejected"] = stats.get("rejected", 0) + 1
+    for name, column in (("images", "n_images"), ("videos", "n_videos")):
+        stats[name] = stats.get(name, 0) - (row[column] or 0)
+    for name in ("text_tokens", "visual_tokens"):
+        stats[name] = stats.get(name, 0) - (row[name] or 0)
 
 
 def publish_metadataset(layout: OutputLayout) -> str | None:
     """Rewrite ``energon/metadataset.yaml`` over every published subset (weights proportional to samples)."""
     root = Path(layout.energon)
-    if not root.is_dir():
-        return None
     weights: dict[str, float] = {}
-    for d in sorted(root.iterdir()):
-        listing = d / "vlmforge-shards.json"
-        if d.is_dir() and not d.name.startswith(".") and listing.is_file():
-            n = sum(e["samples"] for e in json.loads(listing.read_text()) if e["split"] == "train")
-            if n:
-                weights[d.name] = float(n)
+    for subset in published_subsets(layout.out):
+        n = sum(e["samples"] for e in read_manifest(root / subset) if e["split"] == "train")
+        if n:
+            weights[subset] = float(n)
     if not weights:
         return None
     return str(write_metadataset(root, weights))

@@ -19,13 +19,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ...schemas.presets import ModelPreset
-from .count import (
-    ExpandedText,
-    SampleTokens,
-    TextTokenizer,
-    VideoSpec,
-    expand_sample,
-)
+from ...schemas.reasons import reason
+from .count import SampleTokens, expand_sample
+from .families.base import ExpandedText, VideoSpec
+from .text import TextTokenizer
 
 __all__ = ["SeqLenFit", "SeqLenMode", "SequenceLayout", "apply_seq_len", "fit_seq_len", "sequence_layout"]
 
@@ -129,7 +126,7 @@ def fit_seq_len(
     if seq_len is None or total <= seq_len:
         return SeqLenFit("ok", None, text, total)
     if mode == "drop":
-        return SeqLenFit("dropped", f"seq_len: {total} tokens > {seq_len}", text, total)
+        return SeqLenFit("dropped", reason("seq_len", f"{total} tokens > {seq_len}"), text, total)
     if mode != "truncate":
         raise ValueError(f"unknown seq_len mode {mode!r}; expected 'drop' or 'truncate'")
     if layout is None:
@@ -137,8 +134,11 @@ def fit_seq_len(
     if layout.last_visual_end > seq_len:
         return SeqLenFit(
             "dropped",
-            f"seq_len: {total} tokens > {seq_len} and the last visual span ends at token "
-            f"{layout.last_visual_end} (truncation would cut it)",
+            reason(
+                "seq_len",
+                f"{total} tokens > {seq_len} and the last visual span ends at token "
+                f"{layout.last_visual_end} (truncation would cut it)",
+            ),
             text,
             total,
         )
@@ -150,7 +150,7 @@ def fit_seq_len(
         )
         return SeqLenFit(
             "dropped",
-            f"seq_len: {total} tokens > {seq_len} and no supervised token would remain{where}",
+            reason("seq_len", f"{total} tokens > {seq_len} and no supervised token would remain{where}"),
             text,
             total,
         )

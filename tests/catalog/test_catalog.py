@@ -9,21 +9,18 @@ from typing import Any
 import fsspec
 import pytest
 
+from vlmforge.schemas.redact import redact_options
 from vlmforge.tasks.catalog import scan as catalog_mod
-from vlmforge.tasks.catalog.scan import (
-    catalog_release,
-    detect_license,
-    find_media_sources,
-    parse_storage_options,
-    recipe_fingerprint,
-    redact_storage_options,
-    release_revision,
-    scan_jsonl,
-    scan_subset_jsonl,
-)
+from vlmforge.tasks.catalog.licenses import detect_license
+from vlmforge.tasks.catalog.media_sources import find_media_sources
+from vlmforge.tasks.catalog.recipe_fingerprints import recipe_fingerprint
+from vlmforge.tasks.catalog.release import catalog_release
+from vlmforge.tasks.catalog.revision import release_revision
+from vlmforge.tasks.catalog.scan import scan_jsonl, scan_subset_jsonl
+from vlmforge.tasks.catalog.storage_options import parse_storage_options
 from vlmforge.tasks.errors import ReleaseError
-from vlmforge.tasks.ops.sample_release import EXPECTED, LICENSES
-from vlmforge.tasks.parse.records import parse_batch
+from vlmforge.tasks.ops.sample_release.expected import EXPECTED, LICENSES
+from vlmforge.tasks.parse.batch import parse_batch
 
 LOCAL = fsspec.filesystem("file")
 
@@ -213,8 +210,8 @@ def test_storage_options_from_the_command_line() -> None:
         "client_kwargs": {"region_name": "eu-west-1"},
         "key": "AKIA",
     }
-    assert redact_storage_options(opts)["key"] == "***"
-    assert redact_storage_options(opts)["endpoint_url"] == "http://127.0.0.1:9000"
+    assert redact_options(opts)["key"] == "***"
+    assert redact_options(opts)["endpoint_url"] == "http://127.0.0.1:9000"
     with pytest.raises(ReleaseError, match="expected key=value"):
         parse_storage_options(["endpoint_url"])
 

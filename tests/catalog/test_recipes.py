@@ -20,7 +20,7 @@ from vlmforge.schemas.recipes import (
     ref_variables,
 )
 from vlmforge.tasks.catalog.recipe_init import draft_recipe, readme_urls, source_for_url
-from vlmforge.tasks.fetch.acquire import (
+from vlmforge.tasks.fetch.recipe_files import (
     RecipeError,
     builtin_catalog_dir,
     find_recipe,

@@ -28,7 +28,7 @@ from vlmforge.tasks.catalog.refresh import (
     unpublish_subset,
     write_subsets_row,
 )
-from vlmforge.tasks.catalog.scan import catalog_release
+from vlmforge.tasks.catalog.release import catalog_release
 from vlmforge.tasks.manifests import OutputLayout, remove_parts_from
 
 SUBSETS = ("bad_rows", "photo_vqa", "video_qa")
@@ -139,7 +139,7 @@ def test_license_allow() -> None:
 
 def _run(release: Path, out: Path, subsets: list[str], run_id: str) -> None:
     """What the flow does for ``subsets``, with the pipeline's own stage functions (no Prefect, no Ray)."""
-    from vlmforge.tasks.batch.build import build_batch
+    from vlmforge.tasks.batch.batch import build_batch
     from vlmforge.tasks.publish.publish import publish_metadataset, publish_subset
 
     cfg = RunConfig(release=str(release), out=str(out), batch_lines=4, max_reject_rate=0.9)
@@ -151,7 +151,10 @@ def _run(release: Path, out: Path, subsets: list[str], run_id: str) -> None:
         for i in range(n):
             build_batch(e, i, cfg)
         publish_subset(
-            layout, e.subset, shard_max_bytes=cfg.shard_max_bytes, shard_max_samples=cfg.shard_max_samples
+            layout,
+            e.subset,
+            shard_max_bytes=cfg.shards.shard_max_bytes,
+            shard_max_samples=cfg.shards.shard_max_samples,
         )
         row = catalog_columns(e, previous.get(e.subset), run_id=run_id) | {
             "published": True,

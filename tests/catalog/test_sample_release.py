@@ -14,15 +14,8 @@ import av
 import pytest
 from PIL import Image, ImageOps
 
-from vlmforge.tasks.ops.sample_release import (
-    EXPECTED,
-    EXPECTED_MEDIA_ERRORS,
-    LARGE_IMAGE,
-    SUBSETS,
-    SampleRelease,
-    build_sample_release,
-    main,
-)
+from vlmforge.tasks.ops.sample_release.build import SampleRelease, build_sample_release, main
+from vlmforge.tasks.ops.sample_release.expected import EXPECTED, EXPECTED_MEDIA_ERRORS, LARGE_IMAGE, SUBSETS
 
 DEFAULT_MAX_PIXELS = 12_845_056
 

@@ -1,6 +1,6 @@
-"""Source layouts (tasks/sources.py): small replicas of Mantis-Instruct, InfoVQA and LLaVA-Video-178K built
-from real images and a real video (scikit-image's data, encoded with PyAV), with the real field names, staged
-and parsed; and the encoder balance of ``plan --balance visual``."""
+"""Source layouts (tasks/catalog/layouts/): small replicas of Mantis-Instruct, InfoVQA and LLaVA-Video-178K
+built from real images and a real video (scikit-image's data, encoded with PyAV), with the real field names,
+staged and parsed; and the encoder balance of ``plan --balance visual``."""
 
 from __future__ import annotations
 
@@ -18,9 +18,11 @@ import pytest
 from PIL import Image
 
 from vlmforge.schemas.records import Record, Reject
-from vlmforge.tasks.catalog.layouts import is_store_ref, list_configs, read_store_ref, stage_source
-from vlmforge.tasks.ops.plan import balance_visual, encoder_load_ratio, first_fit_decreasing
-from vlmforge.tasks.parse.records import parse_batch
+from vlmforge.tasks.catalog.layouts.stage import list_configs, stage_source
+from vlmforge.tasks.catalog.layouts.store_refs import is_store_ref, read_store_ref
+from vlmforge.tasks.ops.plan.balance import balance_visual, encoder_load_ratio
+from vlmforge.tasks.ops.plan.ffd import first_fit_decreasing
+from vlmforge.tasks.parse.batch import parse_batch
 from vlmforge.tasks.storage import ContentStore, sha256_bytes
 
 APACHE = "---\nlicense: apache-2.0\n---\n# {name}\n\nA replica of the published layout.\n"
@@ -28,7 +30,7 @@ _IMAGES = ("astronaut.png", "camera.png", "coffee.png", "chelsea.png", "rocket.j
 
 
 def _image(name: str, size: tuple[int, int] = (96, 72), fmt: str = "JPEG") -> bytes:
-    from vlmforge.tasks.ops.sample_release import _load
+    from vlmforge.tasks.ops.sample_release.images import load as _load
 
     im = _load(name).convert("RGB").resize(size, Image.Resampling.LANCZOS)
     buf = io.BytesIO()
@@ -37,7 +39,8 @@ def _image(name: str, size: tuple[int, int] = (96, 72), fmt: str = "JPEG") -> by
 
 
 def _video(path: Path, n: int, offset: int = 0) -> bytes:
-    from vlmforge.tasks.ops.sample_release import _encode_mp4, _pan_frames
+    from vlmforge.tasks.ops.sample_release.videos import encode_mp4 as _encode_mp4
+    from vlmforge.tasks.ops.sample_release.videos import pan_frames as _pan_frames
 
     frames = _pan_frames(n + offset, size=(160, 120))[offset:]
     _encode_mp4(path, frames, fps=10)
@@ -103,7 +106,7 @@ def build_infovqa(root: Path) -> Path:
     data = root / "data"
     data.mkdir(parents=True)
     (root / "README.md").write_text("# InfoVQA\n\nInfographics VQA, images embedded in the rows.\n")
-    from vlmforge.tasks.ops.sample_release import _load
+    from vlmforge.tasks.ops.sample_release.images import load as _load
 
     tiles = [
         _load(n).convert("RGB").resize((400, 300)) for n in ("astronaut.png", "coffee.png", "chelsea.png")

@@ -142,7 +142,7 @@ def test_metadataset_loads_every_layout_through_the_cooker(runs: tuple[Path, dic
 
 
 def test_stage_times_are_recorded_and_shown(runs: tuple[Path, dict[str, Any]]) -> None:
-    from vlmforge.tasks.ops.stats import write_stats_report
+    from vlmforge.tasks.ops.stats.page import write_stats_report
 
     out, ctx = runs
     rows = run_query(str(out), "SELECT run_id, subset, stage, seconds, items FROM runs").to_pylist()
@@ -160,7 +160,8 @@ def test_stage_times_are_recorded_and_shown(runs: tuple[Path, dict[str, Any]]) -
 
 
 def test_plan_balance_visual_reports_the_encoder_load_ratio(runs: tuple[Path, dict[str, Any]]) -> None:
-    from vlmforge.tasks.ops.plan import build_plan, read_plan
+    from vlmforge.tasks.ops.plan.build import build_plan
+    from vlmforge.tasks.ops.plan.table import read_plan
 
     out, _ = runs
     r = build_plan(str(out), 2048, scope="mix", balance="visual", dp=2)

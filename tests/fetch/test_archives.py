@@ -15,10 +15,13 @@ import pytest
 from http_fixture import Fault, HttpFixture
 
 from vlmforge.schemas.recipes import Recipe, parse_recipe
-from vlmforge.tasks.fetch import acquire as fetch_mod
-from vlmforge.tasks.fetch.acquire import FetchOptions, FetchResult, fetch_batch, read_outcome
-from vlmforge.tasks.fetch.archives import normalize_member, plan_ranges, unsafe_member_reason
-from vlmforge.tasks.fetch.http import HttpClient, HttpOptions
+from vlmforge.tasks.fetch.acquire import fetch_batch, read_outcome
+from vlmforge.tasks.fetch.client import HttpClient, HttpOptions
+from vlmforge.tasks.fetch.members import normalize_member, unsafe_member_reason
+from vlmforge.tasks.fetch.options import FetchOptions
+from vlmforge.tasks.fetch.outcomes import FetchResult
+from vlmforge.tasks.fetch.zip_fetch import forget_zip_indexes
+from vlmforge.tasks.fetch.zip_format import plan_ranges
 from vlmforge.tasks.storage import ContentStore
 
 OPTS = FetchOptions(concurrency=4, http=HttpOptions(backoff_base=0.01, retries=1, seed=0))
@@ -54,7 +57,7 @@ def recipe(**source: Any) -> Recipe:
 
 
 def run(refs: list[str], r: Recipe, store: ContentStore, **kw: Any) -> FetchResult:
-    fetch_mod._ZIP_CACHE.clear()  # each call starts like a fresh worker process
+    forget_zip_indexes()  # each call starts like a fresh worker process
     return fetch_batch(refs, r, store, client=HttpClient(OPTS.http), options=OPTS, **kw)
 
 
@@ -254,7 +257,7 @@ def test_member_helpers() -> None:
 
 
 def test_plan_ranges_coalesces_neighbours() -> None:
-    from vlmforge.tasks.fetch.archives import ZipEntry
+    from vlmforge.tasks.fetch.zip_format import ZipEntry
 
     def e(off: int) -> ZipEntry:
         return ZipEntry("x", off, 1000, 1000, 0, 0, 0, 0, 1, 0)

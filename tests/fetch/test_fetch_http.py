@@ -10,7 +10,8 @@ from email.utils import formatdate
 import pytest
 from http_fixture import Fault, HttpFixture
 
-from vlmforge.tasks.fetch.http import (
+from vlmforge.tasks.fetch.client import HttpClient, HttpOptions, StaticResolver
+from vlmforge.tasks.fetch.failures import (
     CIRCUIT_OPEN,
     DNS_ERROR,
     HTML_PAGE,
@@ -22,12 +23,10 @@ from vlmforge.tasks.fetch.http import (
     TOO_LARGE,
     TRUNCATED,
     FetchError,
-    HttpClient,
-    HttpOptions,
-    StaticResolver,
     looks_like_html,
-    parse_retry_after,
 )
+from vlmforge.tasks.fetch.resumable import stream
+from vlmforge.tasks.fetch.retry import parse_retry_after
 
 JPEG = b"\xff\xd8\xff\xe0" + bytes(range(256)) * 40  # starts like a JPEG; content does not matter here
 
@@ -103,7 +102,7 @@ def test_a_stream_also_leaves_a_retry_after_beyond_the_cap_for_a_later_run(srv: 
     srv.add("/later.tar", JPEG, Fault("503", retry_after="3600"))
     t0 = time.monotonic()
     client = HttpClient(fast(retry_after_max=5))
-    with pytest.raises(FetchError) as info, client.stream(srv.url("/later.tar")) as body:
+    with pytest.raises(FetchError) as info, stream(client, srv.url("/later.tar")) as body:
         body.read()
     assert info.value.failure == "http_5xx" and "exceeds the cap" in info.value.detail
     assert time.monotonic() - t0 < 5
@@ -242,7 +241,7 @@ def test_stream_resumes_after_a_cut(srv: HttpFixture) -> None:
     data = bytes(range(256)) * 4000
     srv.add("/s.tar", data, Fault("cut", times=1))
     client = HttpClient(fast())
-    with client.stream(srv.url("/s.tar")) as f:
+    with stream(client, srv.url("/s.tar")) as f:
         got = b"".join(iter(lambda: f.read(65536), b""))
     assert got == data
     first, second = srv.requests("/s.tar")

@@ -19,8 +19,10 @@ from http_fixture import Fault, HttpFixture
 SCRIPT = r"""
 import json, sys
 from vlmforge.schemas.recipes import parse_recipe
-from vlmforge.tasks.fetch.acquire import FetchOptions, fetch_batch, outcome_columns
-from vlmforge.tasks.fetch.http import HttpOptions
+from vlmforge.tasks.fetch.acquire import fetch_batch
+from vlmforge.tasks.fetch.client import HttpOptions
+from vlmforge.tasks.fetch.options import FetchOptions
+from vlmforge.tasks.fetch.outcomes import outcome_columns
 from vlmforge.tasks.storage import ContentStore, atomic_write_text
 from pathlib import Path
 

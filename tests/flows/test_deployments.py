@@ -81,7 +81,7 @@ def server(tmp_path: Path) -> Iterator[dict[str, str]]:
 @pytest.fixture()
 def ray_cluster(server: dict[str, str]) -> Iterator[str]:
     """A Ray head as its own process (retried if Ray's node start times out); yields its address."""
-    from vlmforge.flows.ops import start_ray_head
+    from vlmforge.flows.ray_head import start_ray_head
 
     head = start_ray_head(num_cpus=2, env={"PREFECT_API_URL": server["PREFECT_API_URL"]})
     try:

@@ -136,7 +136,7 @@ SUBSETS = ("photo_vqa", "bad_rows")
 
 @pytest.fixture(scope="module")
 def cluster(prefect_harness: None) -> Iterator[Any]:
-    from vlmforge.flows.ops import start_ray_head
+    from vlmforge.flows.ray_head import start_ray_head
     from vlmforge.flows.runtime import configured_api_url
 
     head = start_ray_head(num_cpus=2, env={"PREFECT_API_URL": configured_api_url() or ""})

@@ -13,8 +13,8 @@ from conftest import load_energon_samples, run_flow, tree_hashes
 from vlmforge.schemas.config import RunConfig
 from vlmforge.tasks.manifests import OutputLayout, read_table
 from vlmforge.tasks.ops.query import run_query
-from vlmforge.tasks.ops.sample_release import EXPECTED, EXPECTED_MEDIA_ERRORS
-from vlmforge.tasks.publish.validate import validate_energon_dataset
+from vlmforge.tasks.ops.sample_release.expected import EXPECTED, EXPECTED_MEDIA_ERRORS
+from vlmforge.tasks.publish.readback import validate_energon_dataset
 
 pytestmark = pytest.mark.slow
 
@@ -73,7 +73,7 @@ def test_published_subsets_pass_the_gate_shards_suite_and_read_back(first_run: A
     report = (quality / "docs" / "index.html").read_text()
     assert all(s.subset in report for s in summary.subsets)  # Data Docs: one row per subset
     row = run_query(cfg.out, "SELECT release, skip_gate, published FROM subsets LIMIT 1").to_pylist()[0]
-    assert row == {"release": cfg.release, "skip_gate": False, "published": True}
+    assert row == {"release": cfg.source.release, "skip_gate": False, "published": True}
 
 
 def test_large_image_is_resized_to_the_models_grid_and_small_ones_keep_their_bytes(first_run: Any) -> None:

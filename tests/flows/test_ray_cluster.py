@@ -34,8 +34,9 @@ def test_pipeline_runs_on_a_separate_ray_head_process(
 ) -> None:
     import ray
 
-    from vlmforge.flows.ops import ray_head, runner_for
+    from vlmforge.flows.ops import runner_for
     from vlmforge.flows.pipeline import run_release
+    from vlmforge.flows.ray_head import ray_head
     from vlmforge.flows.runtime import embedded_runtime
     from vlmforge.tasks.manifests import OutputLayout, read_table
 

@@ -18,18 +18,13 @@ from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.manifests import MEDIA, SAMPLES
 from vlmforge.schemas.records import SubsetEntry
 from vlmforge.tasks.errors import ConfigError
-from vlmforge.tasks.gate.check import (
-    Baseline,
-    GateResult,
-    ManifestParts,
-    ShardsGateFailed,
-    check_shards,
-    gate_subset,
-    load_overrides,
-    load_suite,
-    run_gate,
-    shards_check,
-)
+from vlmforge.tasks.gate.check import gate_subset, run_gate
+from vlmforge.tasks.gate.drift import Baseline
+from vlmforge.tasks.gate.params import load_overrides
+from vlmforge.tasks.gate.profiles import ManifestParts
+from vlmforge.tasks.gate.results import GateResult
+from vlmforge.tasks.gate.shards import ShardsGateFailed, check_shards, shards_check
+from vlmforge.tasks.gate.suites import load_suite
 from vlmforge.tasks.manifests import OutputLayout, read_table, write_part
 
 Rows = list[dict[str, Any]]
@@ -40,11 +35,11 @@ SAMPLE_RELEASE_OVERRIDES = Path(__file__).resolve().parents[2] / "expectations/s
 
 def build_out(release: Path, out: Path) -> tuple[RunConfig, list[SubsetEntry]]:
     """Manifests of the sample release under ``out``, batch by batch (no Prefect, no Ray)."""
-    from vlmforge.tasks.batch.build import build_batch
-    from vlmforge.tasks.catalog.scan import catalog_release
+    from vlmforge.tasks.batch.batch import build_batch
+    from vlmforge.tasks.catalog.release import catalog_release
 
     cfg = RunConfig(release=str(release), out=str(out), batch_lines=4, max_reject_rate=0.01)
-    entries = catalog_release(cfg.release, batch_lines=cfg.batch_lines)
+    entries = catalog_release(cfg.source.release, batch_lines=cfg.batches.batch_lines)
     for e in entries:
         for i in range(len(e.batch_offsets) - 1):
             build_batch(e, i, cfg)
@@ -428,7 +423,8 @@ def _toy_samples() -> Rows:
 @pytest.fixture(scope="module")
 def toy_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real Energon dataset (4 shards, prepared by megatron-energon) of the toy samples' ok rows."""
-    from vlmforge.tasks.publish.shards import ShardSample, write_energon_dataset
+    from vlmforge.tasks.publish.dataset import write_energon_dataset
+    from vlmforge.tasks.publish.samples import ShardSample
 
     dest = tmp_path_factory.mktemp("shards") / SUBSET
     samples = [
@@ -618,7 +614,8 @@ def test_shards_check_records_its_result_and_raises_on_failure(toy_dataset: Path
 def test_a_staged_dataset_that_fails_the_shards_suite_is_never_swapped_in(tmp_path: Path) -> None:
     """Needs the lead's hook: ``write_energon_dataset(..., check=...)`` calls ``check(staging)`` before the
     swap (see the integration notes of issue 8)."""
-    from vlmforge.tasks.publish.shards import ShardSample, write_energon_dataset
+    from vlmforge.tasks.publish.dataset import write_energon_dataset
+    from vlmforge.tasks.publish.samples import ShardSample
 
     if "check" not in inspect.signature(write_energon_dataset).parameters:
         pytest.skip("write_energon_dataset has no check hook yet (integration pending)")

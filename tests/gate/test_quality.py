@@ -21,17 +21,12 @@ from vlmforge.flows.cli_quality import register
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.records import SubsetEntry
 from vlmforge.tasks.errors import OutputError
-from vlmforge.tasks.gate.check import GateResult, gate_subset, load_overrides
-from vlmforge.tasks.gate.results import (
-    build_data_docs,
-    last_published,
-    list_runs,
-    load_run,
-    quality_markdown,
-    quality_rows,
-    record_gate,
-    record_run,
-)
+from vlmforge.tasks.gate.check import gate_subset
+from vlmforge.tasks.gate.docs import build_data_docs
+from vlmforge.tasks.gate.drift import last_published
+from vlmforge.tasks.gate.params import load_overrides
+from vlmforge.tasks.gate.report import quality_markdown, quality_rows
+from vlmforge.tasks.gate.results import GateResult, list_runs, load_run, record_gate, record_run
 from vlmforge.tasks.manifests import OutputLayout
 
 SAMPLE_RELEASE_OVERRIDES = Path(__file__).resolve().parents[2] / "expectations/sample-release-overrides.json"
@@ -39,12 +34,14 @@ RUN = "20260101T000000-aaaaaa"
 
 
 def _build(release: Path, out: Path, subsets: tuple[str, ...] = ()) -> tuple[RunConfig, list[SubsetEntry]]:
-    from vlmforge.tasks.batch.build import build_batch
-    from vlmforge.tasks.catalog.scan import catalog_release
+    from vlmforge.tasks.batch.batch import build_batch
+    from vlmforge.tasks.catalog.release import catalog_release
     from vlmforge.tasks.manifests import remove_parts_from
 
     cfg = RunConfig(release=str(release), out=str(out), batch_lines=4, max_reject_rate=0.01, subsets=subsets)
-    entries = catalog_release(cfg.release, subsets=cfg.subsets, batch_lines=cfg.batch_lines)
+    entries = catalog_release(
+        cfg.source.release, subsets=cfg.source.subsets, batch_lines=cfg.batches.batch_lines
+    )
     layout = OutputLayout(cfg.out)
     for e in entries:
         remove_parts_from(layout, e.subset, len(e.batch_offsets) - 1)

@@ -1,4 +1,4 @@
-"""Tests for vlmforge.tasks.media.image: image verify/normalise and video probing."""
+"""Tests for vlmforge.tasks.media: image verify/normalise (``image`` and its steps), video probing."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ import pytest
 from conftest import absurd_dimension_avi, all_frames, long_video, make_video
 from PIL import Image, ImageOps
 
-from vlmforge.tasks.media.image import IMAGE_REASONS, VIDEO_REASONS, ImageResult, probe_video, process_image
+from vlmforge.tasks.media.image import IMAGE_REASONS, ImageResult, process_image
+from vlmforge.tasks.media.video import VIDEO_REASONS, probe_video
 
 # --------------------------------------------------------------------------------------------------------
 # helpers
@@ -752,21 +753,21 @@ def test_kept_jpeg_with_corrupt_entropy_data_is_rejected() -> None:
 @pytest.fixture
 def strips(monkeypatch: pytest.MonkeyPatch) -> None:
     """Send every PNG through the strip decoder, in strips of a few rows."""
-    from vlmforge.tasks.media import image as media
+    from vlmforge.tasks.media import big_png, png
 
-    monkeypatch.setattr(media, "_STRIP_MIN_PIXELS", 0)
-    monkeypatch.setattr(media, "_STRIP_BYTES", 20_000)
+    monkeypatch.setattr(big_png, "STRIP_MIN_PIXELS", 0)
+    monkeypatch.setattr(png, "STRIP_BYTES", 20_000)
 
 
 def _in_memory(data: bytes, **kw: object) -> ImageResult:
-    from vlmforge.tasks.media import image as media
+    from vlmforge.tasks.media import big_png
 
-    saved = media._STRIP_MIN_PIXELS
-    media._STRIP_MIN_PIXELS = 1 << 62
+    saved = big_png.STRIP_MIN_PIXELS
+    big_png.STRIP_MIN_PIXELS = 1 << 62
     try:
         return run(data, **kw)
     finally:
-        media._STRIP_MIN_PIXELS = saved
+        big_png.STRIP_MIN_PIXELS = saved
 
 
 def _rgba_photo() -> Image.Image:
@@ -1038,7 +1039,7 @@ def test_real_truncated_video_rejected(fraction: float) -> None:
 
 
 def test_video_frame_hook_sees_sampled_frames_in_order(mp4: bytes) -> None:
-    from vlmforge.tasks.media.image import SampledFrame
+    from vlmforge.tasks.media.video import SampledFrame
 
     seen: list[SampledFrame] = []
     r = probe_video(mp4, choose_frames=lambda n, fps: [20, 3, 3, 31], on_frame=seen.append)
@@ -1064,7 +1065,7 @@ def test_resize_gives_the_pixels_the_model_processor_would(
     # qwen-vl-utils resizes with PIL's Image.resize default (bicubic) to smart_resize's size; torch's
     # antialiased bicubic (transformers' fast processors; used here when torch is there) matches it to a
     # level at a few pixels, and without torch a PNG resized here (lossless output) holds exactly PIL's pixels
-    from vlmforge.tasks.media import image as media
+    from vlmforge.tasks.media import resize
 
     src = photo(*size, seed=12)
     data = encode(src, "PNG")
@@ -1076,7 +1077,7 @@ def test_resize_gives_the_pixels_the_model_processor_would(
     assert (r.out_width, r.out_height, r.out_ext) == (t_w, t_h, "png")
     diff = np.abs(np.asarray(decode(r.out_bytes or b"")).astype(int) - expected)
     assert diff.max() <= 2 and diff.mean() < 0.01, (diff.max(), diff.mean())
-    monkeypatch.setattr(media, "_TORCH_RESIZE", False)
+    monkeypatch.setattr(resize, "TORCH_RESIZE", False)
     exact = run(data, **kw)
     assert np.array_equal(np.asarray(decode(exact.out_bytes or b"")), expected)
 
@@ -1091,12 +1092,12 @@ def test_torch_resize_matches_pillow_for_every_pixel_layout(
 ) -> None:
     # RGB pixels are handed to torch four bytes a pixel without a copy when Pillow holds them in one block
     # (up to 16 MB), and copied otherwise; both, and greyscale, must give Pillow's bicubic pixels
-    from vlmforge.tasks.media import image as media
+    from vlmforge.tasks.media import resize
 
     src = photo(*size, seed=5).convert(mode)
-    assert media._pixels(src)[1] == rawmode
+    assert resize.pixels(src)[1] == rawmode
     t_h, t_w = smart_resize(size[1], size[0])
-    out = media._resize(src, (t_w, t_h), Image.Resampling.BICUBIC)
+    out = resize.resize(src, (t_w, t_h), Image.Resampling.BICUBIC)
     assert (out.mode, out.size) == (mode, (t_w, t_h))
     diff = np.abs(np.asarray(out).astype(int) - np.asarray(src.resize((t_w, t_h))).astype(int))
     assert diff.max() <= 2 and diff.mean() < 0.01, (diff.max(), diff.mean())

@@ -13,7 +13,7 @@ from PIL import Image
 
 from vlmforge.schemas.presets import load_preset
 from vlmforge.tasks.media.frames import model_frame_size, sample_frames
-from vlmforge.tasks.media.image import VIDEO_REASONS, probe_video
+from vlmforge.tasks.media.video import VIDEO_REASONS, probe_video
 from vlmforge.tasks.tokens.count import sample_video_frames, video_tokens
 
 needs_real = pytest.mark.skipif(

@@ -17,20 +17,15 @@ import pytest
 import typer
 import yaml
 from megatron.energon import WorkerConfig, get_loader, get_train_dataset
-from test_validate import SubsetSpec, build_out, write_manifests
+from published_fixture import SubsetSpec, build_out, write_manifests
 from typer.testing import CliRunner
 
 from vlmforge.flows.cli_energon import register
 from vlmforge.tasks.errors import ConfigError, OutputError
 from vlmforge.tasks.manifests import OutputLayout, read_table
-from vlmforge.tasks.ops.mix import (
-    format_mix,
-    parse_count,
-    parse_weights,
-    plan_mix,
-    resolve_weights,
-    write_mix,
-)
+from vlmforge.tasks.ops.mix.output import format_mix, write_mix
+from vlmforge.tasks.ops.mix.plan import plan_mix
+from vlmforge.tasks.ops.mix.weights import parse_count, parse_weights, resolve_weights
 from vlmforge.tasks.publish.publish import publish_subset
 from vlmforge.tasks.publish.validate import validate_blend
 

@@ -15,8 +15,11 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from vlmforge.schemas.config import RunConfig
+from vlmforge.schemas.manifests import PLAN
 from vlmforge.tasks.errors import ConfigError
-from vlmforge.tasks.ops.plan import PLAN, build_plan, first_fit_decreasing, pack_order, pack_stats, read_plan
+from vlmforge.tasks.ops.plan.build import build_plan
+from vlmforge.tasks.ops.plan.ffd import first_fit_decreasing, pack_stats
+from vlmforge.tasks.ops.plan.table import pack_order, read_plan
 
 
 def _reference_ffd(lengths: list[int], capacity: int) -> list[int]:
@@ -81,11 +84,11 @@ def test_pack_stats_offsets() -> None:
 
 @pytest.fixture(scope="module")
 def out(sample_release: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
-    from vlmforge.tasks.batch.build import build_batch
-    from vlmforge.tasks.catalog.scan import catalog_release
+    from vlmforge.tasks.batch.batch import build_batch
+    from vlmforge.tasks.catalog.release import catalog_release
 
     cfg = RunConfig(release=str(sample_release), out=str(tmp_path_factory.mktemp("plan") / "out"))
-    for entry in catalog_release(cfg.release, batch_lines=cfg.batch_lines):
+    for entry in catalog_release(cfg.source.release, batch_lines=cfg.batches.batch_lines):
         for i in range(len(entry.batch_offsets) - 1):
             build_batch(entry, i, cfg)
     return cfg.out

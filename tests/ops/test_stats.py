@@ -14,16 +14,18 @@ from typer.testing import CliRunner
 
 from vlmforge.schemas.config import RunConfig
 from vlmforge.tasks.errors import ConfigError, OutputError
-from vlmforge.tasks.ops.stats import compute_stats, render_html, svg_histogram, write_stats_report
+from vlmforge.tasks.ops.stats.compute import compute_stats
+from vlmforge.tasks.ops.stats.page import render_html, write_stats_report
+from vlmforge.tasks.ops.stats.svg import svg_histogram
 
 
 @pytest.fixture(scope="module")
 def out(sample_release: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
-    from vlmforge.tasks.batch.build import build_batch
-    from vlmforge.tasks.catalog.scan import catalog_release
+    from vlmforge.tasks.batch.batch import build_batch
+    from vlmforge.tasks.catalog.release import catalog_release
 
     cfg = RunConfig(release=str(sample_release), out=str(tmp_path_factory.mktemp("stats") / "out"))
-    for entry in catalog_release(cfg.release, batch_lines=cfg.batch_lines):
+    for entry in catalog_release(cfg.source.release, batch_lines=cfg.batches.batch_lines):
         for i in range(len(entry.batch_offsets) - 1):
             build_batch(entry, i, cfg)
     return cfg.out
@@ -88,7 +90,7 @@ def test_html_report_is_self_contained(out: str, tmp_path: Path) -> None:
 
 
 def test_names_are_escaped_and_empty_plots_render() -> None:
-    from vlmforge.tasks.ops.stats import Dist, StatsReport, SubsetStats
+    from vlmforge.tasks.ops.stats.compute import Dist, StatsReport, SubsetStats
 
     d = Dist(0, 0, 0, 0)
     s = SubsetStats("<b>x</b>", 1, 0, 1, 0, 0, 0, d, d, d, {})

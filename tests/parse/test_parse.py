@@ -9,14 +9,9 @@ from typing import Any
 import pytest
 
 from vlmforge.schemas.records import MediaRef, Record, Reject
-from vlmforge.tasks.parse.records import (
-    iter_line_chunks,
-    iter_records,
-    normalize_ref,
-    parse_batch,
-    parse_line,
-    unsafe_ref_reason,
-)
+from vlmforge.tasks.parse.batch import iter_records, parse_batch, parse_line
+from vlmforge.tasks.parse.lines import iter_line_chunks
+from vlmforge.tasks.parse.refs import normalize_ref, unsafe_ref_reason
 
 
 def _line(obj: Any) -> bytes:

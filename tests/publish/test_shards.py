@@ -30,23 +30,15 @@ from vlmforge.energon import (
     media_part_names,
 )
 from vlmforge.tasks.errors import ConfigError
-from vlmforge.tasks.publish.shards import (
-    DATASET_YAML,
-    JOURNAL_NAME,
-    MANIFEST_NAME,
-    PSI_CONFIGS,
-    DuplicateKeyError,
-    MediaPart,
-    ShardSample,
-    ensure_dataset_config,
-    expected_keys,
-    parse_size,
-    sanitize_key,
-    split_for_key,
-    write_energon_dataset,
-    write_metadataset,
-)
-from vlmforge.tasks.publish.validate import validate_energon_dataset
+from vlmforge.tasks.publish.dataset import write_energon_dataset
+from vlmforge.tasks.publish.formats.crude import DATASET_YAML
+from vlmforge.tasks.publish.journal import JOURNAL_NAME
+from vlmforge.tasks.publish.keys import sanitize_key, split_for_key
+from vlmforge.tasks.publish.listing import MANIFEST_NAME, expected_keys
+from vlmforge.tasks.publish.metadataset import PSI_CONFIGS, ensure_dataset_config, write_metadataset
+from vlmforge.tasks.publish.readback import validate_energon_dataset
+from vlmforge.tasks.publish.rolling import parse_size
+from vlmforge.tasks.publish.samples import DuplicateKeyError, MediaPart, ShardSample
 
 W, H = 32, 24
 
@@ -454,7 +446,10 @@ def test_lazy_media_give_the_same_bytes(tmp_path: Path, dataset: Path, samples: 
 _SAMPLES_SOURCE = """
 import hashlib, io, os, signal, time
 from PIL import Image
-from vlmforge.tasks.publish import shards
+from vlmforge.tasks.publish import dataset
+from vlmforge.tasks.publish.journal import JOURNAL_NAME
+from vlmforge.tasks.publish.keys import split_for_key
+from vlmforge.tasks.publish.samples import MediaPart, ShardSample
 
 def image(i):
     buf = io.BytesIO()
@@ -472,12 +467,12 @@ def samples(kill_at):
                 time.sleep(0.1)
             os.kill(os.getpid(), signal.SIGKILL)
         data = image(i)
-        media = (shards.MediaPart("0.png", len(data), hashlib.sha256(data).hexdigest(), lambda d=data: d),)
+        media = (MediaPart("0.png", len(data), hashlib.sha256(data).hexdigest(), lambda d=data: d),)
         content = [{"type": "image", "part": "0.png"}]
         record = {"id": str(i), "messages": [{"role": "user", "content": content}],
                   "vlmforge": {"total_tokens": 10 + i}}
         key = f"demo__{i}"
-        yield shards.ShardSample(key=key, split=shards.split_for_key(key, 0.2), json=record, media=media)
+        yield ShardSample(key=key, split=split_for_key(key, 0.2), json=record, media=media)
 """
 
 _KILL_SCRIPT = """
@@ -486,12 +481,12 @@ from pathlib import Path
 exec(open(sys.argv[1]).read())
 
 dest, kill_at = Path(sys.argv[2]), sys.argv[3]
-journal = dest.parent / f".{dest.name}.staging" / shards.JOURNAL_NAME
+journal = dest.parent / f".{dest.name}.staging" / JOURNAL_NAME
 if kill_at == "prepare":
     def killed(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGKILL)
-    shards._run_prepare = killed
-shards.write_energon_dataset(samples(kill_at), dest, subset="demo", shard_max_samples=4)
+    dataset.run_prepare = killed
+dataset.write_energon_dataset(samples(kill_at), dest, subset="demo", shard_max_samples=4)
 """
 
 

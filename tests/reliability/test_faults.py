@@ -6,15 +6,20 @@ Every run is the real ``vlmforge run`` CLI in its own session (so a kill reaches
 started and every Ray worker: they share the session), on a release made of the sample release's
 ``photo_vqa`` subset (images in a release tar, loose ones, a 27 MP photo that is resized) and a
 ``remote_photos`` subset whose media a recipe sends to an HTTP server on 127.0.0.1. The Prefect API is the
-session's test server (outside the killed session); stages are read from it to aim the kills.
+session's test server (outside the killed session).
+
+Kill points are the run's own stage events, not times: the reference run reports every event to this test
+(``VLMFORGE_TEST_WATCH_SOCKET``), seeded points are drawn from them, and each killed run gets
+``VLMFORGE_TEST_KILL_AT=<stage>:<n>`` (``flows/faults.py``), so it dies at exactly that event however busy
+the machine is, and the test checks that it did.
 
 Figures go to the JSON file named by ``VLMFORGE_FAULT_REPORT`` (``benchmarks/fault_report.py`` prints them);
-``VLMFORGE_FAULT_KILLS_PER_STAGE`` (default 4, five stages) sets the number of kill points.
+``VLMFORGE_FAULT_KILLS_PER_STAGE`` (default 4, five stages, fewer where a stage has fewer events) sets the
+number of kill points.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import hashlib
 import io
@@ -33,17 +38,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pyarrow.parquet as pq
 import pytest
 import yaml
 from http_fixture import Fault, HttpFixture
+from stage_events import StageEvents
+
+from vlmforge.flows.faults import KILL_ENV, KILL_MARK
 
 pytestmark = pytest.mark.slow
 
 SUBSETS = ("photo_vqa", "remote_photos")
 BATCH_LINES = 2
-STAGES = ("startup", "batches", "gate", "publish", "report")
-TASK_STAGE = {"build": "batches", "gate": "gate", "publish": "publish", "validate": "report"}
+STAGES = ("startup", "batches", "gate", "publish", "validate")
 KILLS_PER_STAGE = int(os.environ.get("VLMFORGE_FAULT_KILLS_PER_STAGE", "4"))
 SEED = 11
 RUN_TIMEOUT_S = 900.0
@@ -95,7 +103,7 @@ class World:
     reference: Path = Path()
     ref_snapshot: dict[str, Any] = field(default_factory=dict)
     ref_seconds: float = 0.0
-    ref_stage_s: dict[str, float] = field(default_factory=dict)  # stage -> seconds it lasted
+    ref_events: list[str] = field(default_factory=list)  # "stage:n", as the reference run reported them
 
     def args(self, out: Path) -> list[str]:
         subsets = [a for s in SUBSETS for a in ("--subset", s)]
@@ -151,11 +159,12 @@ def world(
         w = World(root=root, release=release, recipes=recipes, srv=srv, api=api, ray_tmp=ray_tmp)
         w.reference = root / "reference"
         t0 = time.time()
-        proc = start_run(w, w.reference, root / "reference.log")
-        wait_run(proc, root / "reference.log")
+        with StageEvents() as events:
+            proc = start_run(w, w.reference, root / "reference.log", **events.env)
+            wait_run(proc, root / "reference.log")
         w.ref_seconds = time.time() - t0
         w.ref_snapshot = snapshot(w.reference)
-        w.ref_stage_s = stage_durations(w, t0)
+        w.ref_events = events.seen
         srv.reset_log()
         try:
             yield w
@@ -186,34 +195,33 @@ def wait_run(proc: subprocess.Popen[bytes], log: Path, expect: int = 0) -> None:
     assert rc == expect, f"exit {rc}:\n{log.read_text(errors='replace')[-4000:]}"
 
 
-def session_pids(sid: int) -> list[int]:
+def session_procs(sid: int) -> list[psutil.Process]:
     """Live (non-zombie) processes of session ``sid``."""
-    pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    procs = []
+    for proc in psutil.process_iter(["status"]):
         try:
-            text = stat.read_text()
-        except OSError:
+            if os.getsid(proc.pid) == sid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                procs.append(proc)
+        except (OSError, psutil.Error):
             continue
-        fields = text.rsplit(")", 1)[1].split()
-        if int(fields[3]) == sid and fields[0] != "Z":
-            pids.append(int(stat.parent.name))
-    return pids
+    return procs
 
 
 def kill_session(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL every process of the run's session (driver, Ray head, Ray workers), until none is left."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        pids = session_pids(proc.pid)
-        if not pids:
+    """SIGKILL every process of the run's session (driver, Ray head, Ray workers) until none is left (a
+    process may still start while the others die, hence the rounds)."""
+    for _ in range(20):
+        procs = session_procs(proc.pid)
+        if not procs:
             break
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.1)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
-    assert not session_pids(proc.pid), "processes of the killed run survived"
+        for p in procs:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                continue
+        psutil.wait_procs(procs, timeout=30)
+    proc.wait(timeout=30)
+    assert not session_procs(proc.pid), "processes of the killed run survived"
 
 
 # ------------------------------------------------------------------------------------ the Prefect API
@@ -231,10 +239,6 @@ def _iso(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.UTC).isoformat()
 
 
-def _ts(text: str | None) -> float | None:
-    return dt.datetime.fromisoformat(text).timestamp() if text else None
-
-
 def flow_run_since(w: World, t0: float) -> dict[str, Any] | None:
     runs = _api(
         w,
@@ -250,37 +254,6 @@ def flow_run_since(w: World, t0: float) -> dict[str, Any] | None:
 
 def task_runs(w: World, flow_run_id: str) -> list[dict[str, Any]]:
     return list(_api(w, "/task_runs/filter", {"flow_runs": {"id": {"any_": [flow_run_id]}}, "limit": 200}))
-
-
-def stage_of(w: World, t0: float) -> tuple[str, dict[str, Any] | None]:
-    """The furthest stage the run started at ``t0`` has reached, as the Prefect API saw it."""
-    run = flow_run_since(w, t0)
-    if run is None:
-        return "startup", None
-    reached = 0
-    for tr in task_runs(w, run["id"]):
-        stage = TASK_STAGE.get(tr["name"].split(" ", 1)[0])
-        if stage is not None:
-            reached = max(reached, STAGES.index(stage))
-    return STAGES[reached], run
-
-
-def stage_durations(w: World, t0: float) -> dict[str, float]:
-    """Seconds each stage lasted in the run started at ``t0`` (from its task runs' start times)."""
-    run = flow_run_since(w, t0)
-    assert run is not None
-    starts: dict[str, float] = {}
-    for tr in task_runs(w, run["id"]):
-        stage = TASK_STAGE.get(tr["name"].split(" ", 1)[0])
-        begun = _ts(tr.get("start_time"))
-        if stage and begun is not None:
-            starts[stage] = min(starts.get(stage, begun), begun)
-    ends = {"startup": starts["batches"] - t0}
-    end_of_flow = _ts(run.get("end_time")) or time.time()
-    for i, stage in enumerate(STAGES[1:], start=1):
-        nxt = starts.get(STAGES[i + 1]) if i + 1 < len(STAGES) else end_of_flow
-        ends[stage] = max(0.5, (nxt or end_of_flow) - starts[stage])
-    return ends
 
 
 # ------------------------------------------------------------------------------------------- outputs
@@ -376,60 +349,59 @@ def stored_upstream(out: Path) -> set[str]:
 @dataclass
 class KillPoint:
     round: int
-    target: str
-    stage: str  # where the kill landed, as the Prefect API saw it
+    stage: str
+    event: int  # the run was killed at event ``event`` of ``stage`` (``flows/faults.py``)
     after_s: float  # seconds after the process started
     store_objects: int
 
 
-def _kill_round(
-    w: World, out: Path, log: Path, rnd: int, target: str, rng: random.Random
-) -> KillPoint | None:
-    """Start a run, SIGKILL its session at a seeded point of stage ``target``; None if it finished first."""
+def kill_points(events: list[str], rng: random.Random) -> list[tuple[str, int]]:
+    """Seeded kill points: up to ``KILLS_PER_STAGE`` distinct events of each stage of the reference run."""
+    by_stage: dict[str, set[int]] = {}
+    for event in events:
+        stage, _, n = event.rpartition(":")
+        by_stage.setdefault(stage, set()).add(int(n))
+    points = []
+    for stage in STAGES:
+        seen = sorted(by_stage.get(stage, ()))
+        assert seen, f"the reference run reported no {stage} event: {events}"
+        points += [(stage, n) for n in sorted(rng.sample(seen, min(KILLS_PER_STAGE, len(seen))))]
+    return points
+
+
+def _kill_round(w: World, out: Path, log: Path, rnd: int, stage: str, n: int) -> KillPoint:
+    """A run that SIGKILLs itself (driver, Ray head, workers) at event ``n`` of ``stage``; asserts it did."""
     t0 = time.time()
-    proc = start_run(w, out, log)
-    deadline = t0 + rng.uniform(0.3, 0.95) * w.ref_stage_s["startup"] if target == "startup" else None
-    while proc.poll() is None:
-        now = time.time()
-        if deadline is None:
-            stage, _ = stage_of(w, t0)
-            if STAGES.index(stage) >= STAGES.index(target):
-                deadline = now + rng.uniform(0.0, 0.9) * w.ref_stage_s[target]
-        if deadline is not None and now >= deadline:
-            break
-        time.sleep(0.2)
-    if proc.poll() is not None:
+    proc = start_run(w, out, log, **{KILL_ENV: f"{stage}:{n}"})
+    try:
+        rc = proc.wait(timeout=RUN_TIMEOUT_S)
+    finally:
         kill_session(proc)
-        assert proc.returncode == 0, log.read_text(errors="replace")[-4000:]
-        return None
-    kill_session(proc)
     after = time.time() - t0
-    stage, _ = stage_of(w, t0)
+    text = log.read_text(errors="replace")
+    assert rc == -signal.SIGKILL, (
+        f"round {rnd} ({stage}:{n}) exited {rc} instead of being killed:\n{text[-3000:]}"
+    )
+    assert text.count(KILL_MARK) == 1 and f"{KILL_MARK} {stage}:{n}\n" in text, text[-3000:]
     objects = sum(1 for p in (out / "store").glob("??/*") if not is_temp(p))
-    return KillPoint(rnd, target, stage, round(after, 2), objects)
+    return KillPoint(rnd, stage, n, round(after, 2), objects)
 
 
 def test_sigkill_at_seeded_points_of_every_stage_then_rerun_gives_the_same_bytes(world: World) -> None:
     w = world
-    rng = random.Random(SEED)
+    planned = kill_points(w.ref_events, random.Random(SEED))
     out = w.root / "killed"
-    log = w.root / "killed.log"
+    logs = w.root / "killed-logs"
+    logs.mkdir()
     t_start = time.time()
     points: list[KillPoint] = []
-    completed_rounds = 0
     fetched_when_stored: dict[str, int] = {}
-    rnd = 0
-    for target in STAGES:
-        for _ in range(KILLS_PER_STAGE):
-            rnd += 1
-            point = _kill_round(w, out, log, rnd, target, rng)
-            check_outputs(out)  # after every kill: nothing partial under a final name
-            for name in stored_upstream(out):  # once stored, never fetched again (checked at the end)
-                fetched_when_stored.setdefault(name, w.srv.completed(f"/media/{name}"))
-            if point is None:
-                completed_rounds += 1
-            else:
-                points.append(point)
+    for rnd, (stage, n) in enumerate(planned, start=1):
+        points.append(_kill_round(w, out, logs / f"round-{rnd:02d}.log", rnd, stage, n))
+        check_outputs(out)  # after every kill: nothing partial under a final name
+        for name in stored_upstream(out):  # once stored, never fetched again (checked at the end)
+            fetched_when_stored.setdefault(name, w.srv.completed(f"/media/{name}"))
+    log = logs / "final.log"
     proc = start_run(w, out, log)
     wait_run(proc, log)
     left = check_outputs(out)
@@ -442,7 +414,6 @@ def test_sigkill_at_seeded_points_of_every_stage_then_rerun_gives_the_same_bytes
     figures = {
         "kill_points": len(points),
         "survived": len(points) if not differing else 0,
-        "completed_rounds": completed_rounds,
         "by_stage": by_stage,
         "rows": rows,
         "rows_lost": ref_rows - rows,
@@ -451,7 +422,7 @@ def test_sigkill_at_seeded_points_of_every_stage_then_rerun_gives_the_same_bytes
         "stored_before_a_kill": len(fetched_when_stored),
         "leftover_temp": left,
         "reference_run_s": round(w.ref_seconds, 1),
-        "stage_s": {k: round(v, 1) for k, v in w.ref_stage_s.items()},
+        "reference_events": w.ref_events,
         "seconds": round(time.time() - t_start, 1),
         "points": [asdict(p) for p in points],
     }
@@ -459,7 +430,6 @@ def test_sigkill_at_seeded_points_of_every_stage_then_rerun_gives_the_same_bytes
     print(json.dumps({k: v for k, v in figures.items() if k != "points"}, indent=1))
     assert not differing, f"outputs differ from an uninterrupted run: {differing[:10]}"
     assert rows == ref_rows
-    assert len(points) >= 4 * KILLS_PER_STAGE, figures  # most rounds must really be killed
     assert all(by_stage[s] for s in STAGES), by_stage
     assert not any(refetched.values()), f"objects fetched again after they were stored: {refetched}"
     assert fetched_when_stored, "no kill landed after a fetch: the fetch property proves nothing"
@@ -501,7 +471,7 @@ def _patch_build_batch(mod):
 
 
 def _patch_shards(mod):
-    original = mod._TarOut.add
+    original = mod.TarOut.add
 
     def add(self, sample):
         original(self, sample)
@@ -509,10 +479,10 @@ def _patch_shards(mod):
         if mid and _once("publish-photo_vqa"):
             os.kill(os.getpid(), signal.SIGKILL)  # mid-shard, in the staging folder
 
-    mod._TarOut.add = add
+    mod.TarOut.add = add
 
 
-_PATCHES = {"vlmforge.tasks.batch.build": _patch_build_batch, "vlmforge.tasks.publish.shards": _patch_shards}
+_PATCHES = {"vlmforge.tasks.batch.write": _patch_build_batch, "vlmforge.tasks.publish.tar": _patch_shards}
 
 
 class _Finder:

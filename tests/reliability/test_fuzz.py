@@ -27,14 +27,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vlmforge.schemas.records import Record, Reject
-from vlmforge.tasks.fetch.resolve import MediaResolver, MissingMedia
-from vlmforge.tasks.parse.records import (
-    normalize_ref,
-    parse_batch,
-    parse_line,
-    split_lines,
-    unsafe_ref_reason,
-)
+from vlmforge.tasks.fetch.release import MediaResolver, MissingMedia
+from vlmforge.tasks.parse.batch import parse_batch, parse_line
+from vlmforge.tasks.parse.lines import split_lines
+from vlmforge.tasks.parse.refs import normalize_ref, unsafe_ref_reason
 
 EXAMPLES = int(os.environ.get("VLMFORGE_FUZZ_EXAMPLES", "200"))
 FUZZ = settings(

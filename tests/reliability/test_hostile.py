@@ -32,13 +32,15 @@ from PIL import Image
 
 from vlmforge.schemas.recipes import Recipe, parse_recipe
 from vlmforge.schemas.records import Record, Reject
-from vlmforge.tasks.catalog.scan import catalog_release
-from vlmforge.tasks.fetch.acquire import FetchContext, FetchOptions, fetch_batch
-from vlmforge.tasks.fetch.archives import iter_tar
-from vlmforge.tasks.fetch.http import FAILURE_CLASSES, FetchError
-from vlmforge.tasks.fetch.resolve import MediaResolver, MissingMedia
-from vlmforge.tasks.media.image import IMAGE_REASONS, VIDEO_REASONS, ImageResult, probe_video, process_image
-from vlmforge.tasks.parse.records import parse_batch, parse_line
+from vlmforge.tasks.catalog.release import catalog_release
+from vlmforge.tasks.fetch.acquire import fetch_batch
+from vlmforge.tasks.fetch.failures import FAILURE_CLASSES, FetchError
+from vlmforge.tasks.fetch.options import FetchContext, FetchOptions
+from vlmforge.tasks.fetch.release import MediaResolver, MissingMedia
+from vlmforge.tasks.fetch.tar_format import iter_tar
+from vlmforge.tasks.media.image import IMAGE_REASONS, ImageResult, process_image
+from vlmforge.tasks.media.video import VIDEO_REASONS, probe_video
+from vlmforge.tasks.parse.batch import parse_batch, parse_line
 from vlmforge.tasks.storage import ContentStore
 
 MB = 1024 * 1024

@@ -17,10 +17,15 @@ import pytest
 from http_fixture import Fault, HttpFixture
 
 from vlmforge.schemas.recipes import parse_recipe
-from vlmforge.tasks.catalog.scan import catalog_release, parse_storage_options
-from vlmforge.tasks.errors import ReleaseError, redact, scrub, secret_values
-from vlmforge.tasks.fetch.acquire import FetchOptions, FetchResult, fetch_batch
-from vlmforge.tasks.fetch.http import FetchError, HttpClient, HttpOptions
+from vlmforge.schemas.redact import redact, scrub, secret_values
+from vlmforge.tasks.catalog.release import catalog_release
+from vlmforge.tasks.catalog.storage_options import parse_storage_options
+from vlmforge.tasks.errors import ReleaseError
+from vlmforge.tasks.fetch.acquire import fetch_batch
+from vlmforge.tasks.fetch.client import HttpClient, HttpOptions
+from vlmforge.tasks.fetch.failures import FetchError
+from vlmforge.tasks.fetch.options import FetchOptions
+from vlmforge.tasks.fetch.outcomes import FetchResult
 from vlmforge.tasks.storage import ContentStore
 
 SECRET = "PLANTED-s3cr3t-9f1c2e7a"

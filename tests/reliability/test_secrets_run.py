@@ -1,48 +1,142 @@
-"""A credential given as a storage option reaches the workers but no output: not a file under OUT, not the
-flow run's parameters or artifacts in Prefect's API, not Prefect's home."""
+"""A credential given as a storage option reaches the workers but nothing at rest and no log line.
+
+A real ``vlmforge run`` (CLI, embedded Prefect server and Ray, DEBUG logging of every logger) gets secrets
+under the spellings people use for fsspec options: plain keys (``key``, ``secret``, ``token``, ``password``,
+``passwd``, ``auth``), an ``Authorization`` header and a vendor header under ``headers``, credentials nested
+one and two levels deep under ``client_kwargs`` / ``config_kwargs``, vendor names (``x_api_sig``,
+``sas_token``, ``account_key``), a session token, a list of tokens, and user info inside an otherwise harmless
+``endpoint_url``. Each secret is a distinct value, so a leak names its spelling. Then every file the run
+wrote is grepped: the output folder, the Prefect home (its database: flow-run parameters, logs, results),
+Ray's session folders (every process's log), the temp folder and HOME the run saw, and the run's own
+console output.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from vlmforge.schemas.config import RunConfig
-
 pytestmark = pytest.mark.slow
-SECRET = "PLANTED-sk-0a1b2c3d4e5f"
+RUN_TIMEOUT_S = 900.0
+# Leaks the redaction rule has today (issue 21), each with where it is fixed. While one is listed, the test
+# xfails on it (and fails on any other); once fixed, the test passes: then drop it from here.
+KNOWN_LEAKS = {
+    # schemas/redact.py keeps the value of an allow-listed key verbatim, URL user info included (the run
+    # record, Prefect's flow-run parameters, the DEBUG log of them); fix: pass allow-listed string values
+    # through redact() in redact_options().
+    "endpoint_url userinfo": "schemas/redact.py: redact_options() keeps allow-listed values verbatim",
+}
 
 
-def _files_containing(root: Path, needle: bytes) -> list[str]:
-    return [str(p) for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
+def _planted() -> str:
+    return f"PLANTED{secrets.token_hex(6).upper()}"  # distinct per spelling; looks like no word
 
 
-def test_a_planted_secret_never_reaches_outputs_or_prefect(
-    prefect_harness: None, sample_release: Path, tmp_path: Path
+SPELLINGS = (
+    "key",
+    "secret",
+    "token",
+    "password",
+    "passwd",
+    "auth",
+    "session_token",
+    "x_api_sig",
+    "sas_token",
+    "account_key",
+    "headers.Authorization",
+    "headers.X-Api-Key",
+    "client_kwargs.aws_session_token",
+    "client_kwargs.credentials.api_key",
+    "config_kwargs.proxies_config.proxy_password",
+    "tokens[]",
+    "endpoint_url userinfo",
+)
+
+
+def storage_option_args(planted: dict[str, str]) -> list[str]:
+    """``--storage-option`` arguments carrying every planted secret under its spelling."""
+    args = []
+    for spelling, value in planted.items():
+        if spelling == "headers.Authorization":
+            option = "headers.Authorization=Bearer " + value
+        elif spelling == "tokens[]":
+            option = "tokens=" + json.dumps(["first-of-list", value])
+        elif spelling == "endpoint_url userinfo":
+            option = f"endpoint_url=http://vlmforge:{value}@127.0.0.1:9/"
+        else:
+            option = f"{spelling}={value}"
+        args += ["--storage-option", option]
+    return args
+
+
+def files_containing(root: Path, needle: bytes) -> list[str]:
+    hits = []
+    for p in root.rglob("*"):
+        try:
+            if p.is_file() and not p.is_symlink() and needle in p.read_bytes():
+                hits.append(str(p))
+        except OSError:
+            continue
+    return hits
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    """A short folder (Ray's socket paths live under it) for the run's temp files, Ray sessions and HOME."""
+    root = Path(tempfile.mkdtemp(prefix="vfs-"))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_planted_secrets_reach_no_file_database_or_log(
+    sample_release: Path, tmp_path: Path, scratch: Path
 ) -> None:
-    from prefect.client.orchestration import get_client
-
-    from vlmforge.flows.pipeline import run_release
-    from vlmforge.flows.runtime import embedded_runtime
-
-    cfg = RunConfig(
-        release=str(sample_release),
-        out=str(tmp_path / "out"),
-        subsets=("photo_vqa",),
-        # Local files ignore these options; the point is that they travel with the run.
-        storage_options={"secret_access_key": SECRET, "client_kwargs": {"aws_session_token": SECRET}},
-    )
-    with embedded_runtime():
-        summary = run_release(cfg)
-        assert summary.failed == []
-        with get_client(sync_client=True) as client:
-            runs = client.read_flow_runs()
-            artifacts = client.read_artifacts()
-    assert runs and artifacts
-    recorded = json.dumps([r.parameters for r in runs], default=str)
-    assert "secret_access_key" in recorded and SECRET not in recorded  # masked, not dropped
-    assert all(SECRET not in json.dumps(a.data, default=str) for a in artifacts)
-    assert _files_containing(tmp_path / "out", SECRET.encode()) == []
-    assert _files_containing(Path(os.environ["PREFECT_HOME"]), SECRET.encode()) == []
+    planted = {s: _planted() for s in SPELLINGS}
+    out, console = tmp_path / "out", tmp_path / "console.log"
+    homes = {"PREFECT_HOME": scratch / "prefect", "TMPDIR": scratch / "tmp", "HOME": scratch / "home"}
+    for folder in homes.values():
+        folder.mkdir()
+    env = os.environ.copy() | {k: str(v) for k, v in homes.items()}
+    env |= {
+        "RAY_TMPDIR": str(scratch / "tmp"),
+        "PREFECT_LOGGING_LEVEL": "DEBUG",
+        "PREFECT_LOGGING_ROOT_LEVEL": "DEBUG",  # every library's DEBUG records to the console too
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("PREFECT_API_URL", None)  # the run's own Prefect server, database in PREFECT_HOME
+    cmd = [sys.executable, "-m", "vlmforge.flows.cli", "run", str(sample_release), "--out", str(out)]
+    cmd += ["--subset", "photo_vqa", *storage_option_args(planted)]
+    with console.open("wb") as handle:
+        run = subprocess.run(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env, timeout=RUN_TIMEOUT_S)
+    text = console.read_text(errors="replace")
+    assert run.returncode == 0, text[-4000:]
+    assert " DEBUG " in text or "| DEBUG" in text, "the run logged nothing at DEBUG: the log check is vacuous"
+    searched = [scratch, tmp_path]  # tmp_path holds ``out`` and the console log
+    leaks = {
+        spelling: [hit for root in searched for hit in files_containing(root, value.encode())]
+        for spelling, value in planted.items()
+    }
+    leaks = {k: v for k, v in leaks.items() if v}
+    unknown = {k: v for k, v in leaks.items() if k not in KNOWN_LEAKS}
+    assert unknown == {}, f"planted secrets found at rest or in logs: {json.dumps(unknown, indent=1)}"
+    # Masked, not dropped: the run record still says which options were given.
+    (record,) = (out / "runs").glob("*.json")
+    recorded = json.loads(record.read_text())["config"]
+    options = json.dumps(recorded, default=str)
+    assert all(k in options for k in ("x_api_sig", "Authorization", "aws_session_token", "passwd")), options
+    # The search covered the places that matter (else it proves nothing).
+    assert any((scratch / "prefect").rglob("*.db")), "no Prefect database to search"
+    assert any((scratch / "tmp").rglob("session_*/logs/*worker*")), "no Ray worker log to search"
+    if leaks:
+        pytest.xfail("; ".join(f"{k} leaks ({KNOWN_LEAKS[k]}): {v}" for k, v in leaks.items()))

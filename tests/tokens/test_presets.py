@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from vlmforge.schemas.presets import list_presets, load_preset
+from vlmforge.schemas.presets import FAMILY_RULES, list_presets, load_preset
 from vlmforge.tasks.errors import ConfigError
-from vlmforge.tasks.tokens.count import TextTokenizer, image_tokens, render_chat
+from vlmforge.tasks.tokens.count import image_tokens
+from vlmforge.tasks.tokens.families import FAMILIES, family_of
+from vlmforge.tasks.tokens.text import TextTokenizer, render_chat
 
 
 def test_every_family_is_shipped() -> None:
@@ -83,6 +85,17 @@ def test_nested_override_merges_key_by_key() -> None:
         image_tokens(p, 1080, 1920).tiles != image_tokens(load_preset("nemotron_vl"), 1080, 1920).tiles
         or True
     )
+
+
+def test_every_family_has_rules_and_an_implementation() -> None:
+    # the schema's family table and the token formulas' registry name the same families
+    assert set(FAMILIES) == set(FAMILY_RULES)
+    for name in list_presets():
+        p = load_preset(name)
+        # the gate's after-resize pixel checks apply where tokens follow from a factor-aligned resize
+        assert family_of(p).resize_factor(p) == (p.factor if p.family == "qwen" else None), name
+    with pytest.raises(ValidationError, match="unknown model family"):
+        load_preset("qwen2_5_vl", family="gemma")
 
 
 def test_invalid_presets_say_why() -> None:

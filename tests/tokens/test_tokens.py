@@ -11,22 +11,17 @@ from pydantic import ValidationError
 
 from vlmforge.schemas.presets import ModelPreset, list_presets, load_preset
 from vlmforge.tasks.tokens.count import (
-    IMAGE_PLACEHOLDER,
-    VIDEO_PLACEHOLDER,
-    AspectRatioError,
-    TextTokenizer,
-    VideoSpec,
-    VideoTooShortError,
-    _qvu_smart_resize,
     count_sample_tokens,
     image_tokens,
-    render_chat,
     sample_video_frames,
-    smart_resize,
-    timestamp_text,
-    video_timestamps,
     video_tokens,
 )
+from vlmforge.tasks.tokens.families.base import VideoSpec
+from vlmforge.tasks.tokens.families.qwen import IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER
+from vlmforge.tasks.tokens.families.qwen_video import _qvu_smart_resize, timestamp_text, video_timestamps
+from vlmforge.tasks.tokens.resize import AspectRatioError, smart_resize
+from vlmforge.tasks.tokens.sampling import VideoTooShortError
+from vlmforge.tasks.tokens.text import TextTokenizer, render_chat
 
 MB = {"min_pixels": 200704, "max_pixels": 1003520}  # Megatron-Bridge QwenVL task encoder defaults
 SIZES = [(1080, 1920), (480, 640), (4000, 3000), (224, 224), (28, 5000)]  # H x W
@@ -472,7 +467,7 @@ def test_tiled_and_llava_extreme_ratios(internvl: ModelPreset) -> None:
 def test_pipeline_cap_applies_before_tiling(internvl: ModelPreset) -> None:
     # a 27 MP photo is stored at <= max_pixels; its tiles are chosen from the stored size
     stored = image_tokens(internvl, 4500, 6000, max_pixels=1_003_520)
-    from vlmforge.tasks.tokens.count import pipeline_size
+    from vlmforge.tasks.tokens.resize import pipeline_size
 
     h, w = pipeline_size(internvl, 4500, 6000, max_pixels=1_003_520)
     assert h * w <= 1_003_520 and stored.tokens == image_tokens(internvl, h, w).tokens
@@ -649,7 +644,7 @@ def test_placeholder_mismatch_is_a_value_error(internvl: ModelPreset) -> None:
 
 @needs_qwen_vocab
 def test_model_template_renders_like_builtin(q25: ModelPreset, qwen_tok: TextTokenizer) -> None:
-    from vlmforge.tasks.tokens.count import render_jinja
+    from vlmforge.tasks.tokens.text import render_jinja
 
     with_template = load_preset("qwen2_5_vl", chat_template=QWEN2_VL_TEMPLATE)
     for msgs in (_sample(2, video=True), _sample(0, system="Be brief."), _sample(1)):

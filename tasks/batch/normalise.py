@@ -1,0 +1,163 @@
+"""Verifying, normalising and storing one media object's bytes, and recording the outcome in its media row.
+
+An image is verified and resized to what the model's processor would make of it; a video is kept as is
+(``--video-mode keep``: decoded at training time, only its sampled frames verified) or turned into its
+sampled frames at the model's frame size (``--video-mode frames``). Which of the three applies is a lookup
+in :attr:`Normaliser.by_kind`. The outcome carries what token counting needs: an image's stored size or a
+video's sampled frames.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Protocol
+
+from ...schemas.config import RunConfig
+from ...schemas.presets import ModelPreset
+from ...schemas.reasons import reason
+from ...schemas.rows import MediaRow
+from ..media.frames import model_frame_size, sample_frames
+from ..media.image import process_image
+from ..media.video import VideoResult, probe_video
+from ..storage import ContentStore
+from ..tokens.count import sample_video_frames
+from ..tokens.families.base import VideoSpec
+from ..tokens.resize import AspectRatioError, smart_resize
+
+VIDEO_EXTS = {"mp4", "mov", "webm", "mkv", "avi"}
+
+
+@dataclass
+class MediaOutcome:
+    """One reference's media row, and what the sample needs from it: why it fails the sample (None: ok),
+    the stored (height, width) of an image, the sampled frames of a video."""
+
+    row: MediaRow
+    sample_reason: str | None = None
+    out_hw: tuple[int, int] | None = None
+    video: VideoSpec | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.sample_reason is None
+
+
+def rejected(row: MediaRow, row_reason: str, sample_reason: str) -> MediaOutcome:
+    """The one way a reference fails: its row says why, and so does the sample that uses it."""
+    row.status, row.reason = "rejected", row_reason
+    return MediaOutcome(row, sample_reason)
+
+
+def _media_failure(row: MediaRow, code: str | None, detail: str | None) -> MediaOutcome:
+    """A verification reject: ``code (detail)`` in the media row, ``media_error: <ref>: <code>`` for the
+    sample (``code`` was checked against the registry by the media package)."""
+    row_reason = f"{code} ({detail})" if detail else str(code)
+    return rejected(row, row_reason, reason("media_error", f"{row.ref}: {code}"))
+
+
+class _Normalise(Protocol):
+    def __call__(self, row: MediaRow, data: bytes) -> MediaOutcome: ...
+
+
+class Normaliser:
+    """Turns a reference's bytes into stored media (cached nothing: the media step caches per reference)."""
+
+    def __init__(self, cfg: RunConfig, preset: ModelPreset, store: ContentStore) -> None:
+        self.cfg, self.preset, self.store = cfg, preset, store
+        self.max_pixels = cfg.tokens.max_pixels or preset.max_pixels
+        self.min_pixels = cfg.tokens.min_pixels or preset.min_pixels
+        videos: dict[str, _Normalise] = {"keep": self.video_kept, "frames": self.video_frames}
+        self.by_kind: dict[str, _Normalise] = {"image": self.image, "video": videos[cfg.media.video_mode]}
+
+    def __call__(self, row: MediaRow, data: bytes) -> MediaOutcome:
+        return self.by_kind[row.kind](row, data)
+
+    def target_size(self, height: int, width: int) -> tuple[int, int]:
+        try:
+            return smart_resize(height, width, self.preset.factor, self.min_pixels, self.max_pixels)
+        except AspectRatioError as exc:
+            raise ValueError(str(exc)) from exc
+
+    def choose_frames(self, n_frames: int, fps: float) -> list[int]:
+        return sample_video_frames(
+            self.preset,
+            n_frames,
+            fps,
+            max_num_frames=self.cfg.tokens.max_num_frames,
+            mode=self.cfg.tokens.frames_mode,
+        )
+
+    def image(self, row: MediaRow, data: bytes) -> MediaOutcome:
+        res = process_image(
+            data,
+            target_size=self.target_size,
+            max_pixels=self.max_pixels,
+            max_image_pixels=self.cfg.media.max_image_pixels,
+            image_format=self.cfg.media.image_format,
+            min_pixels=self.min_pixels,
+            min_side=self.cfg.media.min_image_side,
+        )
+        row.format, row.width, row.height, row.notes = res.format, res.width, res.height, ",".join(res.notes)
+        if res.status != "ok" or res.out_bytes is None:
+            return _media_failure(row, res.reason, res.detail)
+        # a kept original is stored under the upstream hash; a re-encoded image under its own
+        out_sha = self.store.put(res.out_bytes, row.sha256 if res.kept_original else None)
+        row.out_sha256, row.out_bytes, row.out_ext = out_sha, len(res.out_bytes), res.out_ext
+        row.out_width, row.out_height, row.kept_original = res.out_width, res.out_height, res.kept_original
+        return MediaOutcome(row, out_hw=(res.out_height, res.out_width))
+
+    def video_kept(self, row: MediaRow, data: bytes) -> MediaOutcome:
+        """``--video-mode keep``: the video bytes go to the shard; only the sampled frames are decoded."""
+        res = probe_video(data, choose_frames=self.choose_frames, timeout_s=self.cfg.media.video_timeout_s)
+        _record_probe(row, res)
+        if res.status != "ok":
+            return _media_failure(row, res.reason, res.detail)
+        ext = row.ref.rsplit(".", 1)[-1].lower() if "." in row.ref else "mp4"
+        row.out_sha256, row.out_bytes = self.store.put(data, row.sha256), len(data)
+        row.out_ext = ext if ext in VIDEO_EXTS else "mp4"
+        row.out_width, row.out_height, row.kept_original = res.width, res.height, True
+        row.sampled_frames, row.frame_indices = len(res.sampled_indices), list(res.sampled_indices)
+        # Decoders hand training the frames as stored (rotation is metadata), so tokens use the stored size.
+        stored_h, stored_w = (res.width, res.height) if res.rotation in (90, 270) else (res.height, res.width)
+        return MediaOutcome(row, video=_video_spec(res, len(res.sampled_indices), stored_h, stored_w))
+
+    def video_frames(self, row: MediaRow, data: bytes) -> MediaOutcome:
+        """``--video-mode frames``: the sampled frames, upright, at the model's frame size, stored as images;
+        training reads them as they are (no video decode, no resize)."""
+        fmt = "jpeg" if self.cfg.media.image_format == "keep" else self.cfg.media.image_format
+        vf = sample_frames(
+            data,
+            choose_frames=self.choose_frames,
+            frame_size=model_frame_size(self.preset, video_max_pixels=self.cfg.media.video_max_pixels),
+            image_format=fmt,
+            timeout_s=self.cfg.media.video_timeout_s,
+        )
+        _record_probe(row, vf.video)
+        if vf.status != "ok" or vf.ext is None:
+            return _media_failure(row, vf.video.reason, vf.video.detail)
+        shas = [self.store.put(frame) for frame in vf.frames]
+        # The frame list is itself a stored object, so out_sha256 names one thing like every other row.
+        row.out_sha256 = self.store.put(json.dumps(shas, separators=(",", ":")).encode())
+        row.out_bytes, row.out_ext = sum(len(f) for f in vf.frames), vf.ext
+        row.out_width, row.out_height, row.kept_original = vf.width, vf.height, False
+        row.sampled_frames, row.frame_indices = len(vf.frames), list(vf.video.sampled_indices)
+        row.frame_sha256, row.frame_bytes = shas, [len(f) for f in vf.frames]
+        return MediaOutcome(row, video=_video_spec(vf.video, len(vf.frames), vf.height, vf.width))
+
+
+def _record_probe(row: MediaRow, res: VideoResult) -> None:
+    """The upstream video as probed (set in both video modes, rejected or not)."""
+    row.format, row.width, row.height = res.codec, res.width, res.height
+    row.frames, row.fps = res.frames, res.fps
+
+
+def _video_spec(res: VideoResult, n_frames: int, height: int, width: int) -> VideoSpec:
+    """What token counting needs of a video: its sampled frames and the size training sees them at."""
+    return VideoSpec(
+        n_sampled_frames=n_frames,
+        height=height,
+        width=width,
+        indices=list(res.sampled_indices),
+        video_fps=res.fps,
+    )

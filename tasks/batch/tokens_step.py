@@ -1,0 +1,86 @@
+"""The batch's token step: a sample's exact token counts for the run's model, and how it fits ``--seq-len``.
+
+The model preset and the text tokenizer are cached per worker process (building a tokenizer costs ~1 s);
+the seq_len fit is worked out only when a knob asks for it (:attr:`CountedSample.fit`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+
+from ...schemas.config import RunConfig
+from ...schemas.presets import ModelPreset, load_preset
+from ...schemas.records import Record
+from ...schemas.rows import MediaRow
+from ..tokens.count import SampleTokens, count_sample_tokens
+from ..tokens.seq_len import SeqLenFit, apply_seq_len
+from ..tokens.text import TextTokenizer
+from .media_step import SampleMedia
+
+
+@lru_cache(maxsize=4)
+def _tokenizer(model: str, model_dir: str | None, path: str | None) -> TextTokenizer:
+    return TextTokenizer.for_preset(load_preset(model, model_dir), path or model_dir)
+
+
+def get_tokenizer(cfg: RunConfig) -> TextTokenizer:
+    """The run's text tokenizer (cached per worker process: building one costs ~1 s)."""
+    return _tokenizer(cfg.tokens.model, cfg.tokens.model_dir, cfg.tokens.tokenizer)
+
+
+def preset_for(cfg: RunConfig) -> ModelPreset:
+    return load_preset(cfg.tokens.model, cfg.tokens.model_dir)
+
+
+@dataclass
+class CountedSample:
+    """A sample with its token counts: what the token knobs look at."""
+
+    step: TokenStep
+    record: Record
+    media: SampleMedia
+    tokens: SampleTokens
+
+    @cached_property
+    def fit(self) -> SeqLenFit:
+        """How the sample fits ``--seq-len`` (``--seq-len-mode truncate`` may cut its text)."""
+        return self.step.fit(self)
+
+
+class TokenStep:
+    def __init__(self, cfg: RunConfig, preset: ModelPreset, tokenizer: TextTokenizer) -> None:
+        self.options, self.preset, self.tokenizer = cfg.tokens, preset, tokenizer
+
+    def count(self, record: Record, media: SampleMedia) -> CountedSample:
+        """Count the sample's tokens and write each media row's visual tokens. ``ValueError`` when they
+        cannot be counted (e.g. a video too short for the model's temporal patch)."""
+        tokens = count_sample_tokens(
+            record.messages,
+            self.preset,
+            self.tokenizer,
+            media.image_sizes,
+            media.videos,
+            max_pixels=self.options.max_pixels,
+        )
+        _set_visual_tokens(media.rows, tokens)
+        return CountedSample(self, record, media, tokens)
+
+    def fit(self, sample: CountedSample) -> SeqLenFit:
+        return apply_seq_len(
+            sample.record.messages,
+            self.preset,
+            self.tokenizer,
+            sample.media.image_sizes,
+            sample.media.videos,
+            sample.tokens,
+            seq_len=self.options.seq_len,
+            mode=self.options.seq_len_mode,
+            max_pixels=self.options.max_pixels,
+        )
+
+
+def _set_visual_tokens(rows: list[MediaRow], tokens: SampleTokens) -> None:
+    per_kind = {"image": iter(tokens.per_image), "video": iter(tokens.per_video)}
+    for row in rows:
+        row.visual_tokens = next(per_kind[row.kind])

@@ -1,0 +1,80 @@
+"""Find and read media recipes: the YAML files under a catalog folder (``--catalog``, then the recipes
+shipped with vlmforge), validated by ``schemas/recipes.py`` with errors that name the file, the field path
+and the value."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from ...schemas.recipes import Recipe, parse_recipe
+from ..errors import VlmforgeError
+
+
+class RecipeError(VlmforgeError):
+    """A recipe cannot be used: invalid YAML or fields (with their location), or still a draft."""
+
+
+def builtin_catalog_dir() -> Path:
+    """The recipes shipped with vlmforge (``catalog/*.yaml``)."""
+    try:
+        from importlib.resources import files
+
+        path = Path(str(files("vlmforge.catalog")))
+        if path.is_dir():
+            return path
+    except (ModuleNotFoundError, TypeError):
+        pass
+    return Path(__file__).resolve().parents[2] / "catalog"
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """Read and validate one recipe file; errors name the file, the field path and the value."""
+    import yaml
+    from pydantic import ValidationError
+
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RecipeError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise RecipeError(f"{p}: not valid YAML: {exc}") from None
+    try:
+        recipe = parse_recipe(data)
+    except ValidationError as exc:
+        problems = []
+        for e in exc.errors():
+            loc = ".".join(str(x) for x in e["loc"])
+            value = repr(e.get("input"))[:80]
+            problems.append(f"{loc or '(top)'}: {e['msg']} (got {value})")
+        raise RecipeError(f"{p}: invalid recipe:\n  " + "\n  ".join(problems)) from None
+    if recipe.subset != p.stem:
+        raise RecipeError(
+            f"{p}: subset is {recipe.subset!r} but the file is named {p.name} (name it {recipe.subset}.yaml)"
+        )
+    return recipe
+
+
+def find_recipe(subset: str, catalogs: Sequence[str | Path] = ()) -> Recipe | None:
+    """The recipe of ``subset`` from the first catalog folder holding ``<subset>.yaml`` (the given folders,
+    then the shipped catalog), or None."""
+    for folder in [*map(Path, catalogs), builtin_catalog_dir()]:
+        path = folder / f"{subset}.yaml"
+        if path.is_file():
+            return load_recipe(path)
+    return None
+
+
+def recipe_for(subset: str, catalogs: Sequence[str | Path] = ()) -> Recipe:
+    """The subset's recipe, or the default one (media roots, then the release's own media)."""
+    return find_recipe(subset, catalogs) or Recipe.default(subset)
+
+
+def check_ready(recipe: Recipe, allow_draft: bool = False) -> None:
+    """Refuse a draft recipe (written by ``vlmforge recipe init``) until a person has reviewed it."""
+    if recipe.status == "draft" and not allow_draft:
+        raise RecipeError(
+            f"the recipe of {recipe.subset} is a draft: review its sources and license, "
+            "then set `status: ready`"
+        )

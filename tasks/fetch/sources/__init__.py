@@ -1,0 +1,18 @@
+"""Upstream media source kinds, one module each behind :class:`~.base.MediaSource`, found by the recipe
+source's ``kind`` in :data:`SOURCES`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .archive import Archive
+from .base import MediaSource
+from .hf import Hf
+from .http_files import HttpFiles
+from .local import Local
+from .release_tar import ReleaseTar
+from .s3 import S3
+
+SOURCES: dict[str, MediaSource[Any]] = {
+    source.kind: source for source in (ReleaseTar(), Local(), HttpFiles(), Archive(), S3(), Hf())
+}

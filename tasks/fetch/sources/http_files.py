@@ -1,0 +1,26 @@
+"""``http_files``: one HTTP(S) URL per reference, from a template; fetched into the store."""
+
+from __future__ import annotations
+
+from ....schemas.recipes import HttpFilesSource, fill
+from ..batch import BatchRun
+from ..objects import fetch_objects
+from ..outcomes import Answers, Located
+from ..store_writes import StoreSink
+
+
+class HttpFiles:
+    kind = "http_files"
+
+    def answer(self, source: HttpFilesSource, located: Located, run: BatchRun) -> Answers:
+        if source.max_concurrency:
+            run.limit_host(fill(source.url, next(iter(located.values()))), source.max_concurrency)
+
+        def fetch_one(url: str, sink: StoreSink) -> int:
+            resp = run.client.get(
+                url, sink=sink, max_bytes=run.options.max_bytes, expect_media=True, deadline=run.deadline
+            )
+            run.count_bytes(resp.nbytes)
+            return resp.attempts
+
+        return fetch_objects(run, self.kind, located, lambda v: fill(source.url, v), fetch_one)

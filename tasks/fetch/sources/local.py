@@ -1,0 +1,34 @@
+"""``local``: a folder (local path or fsspec URL) holding the upstream files in the documented layout;
+default: each ``--media-root`` of the run. Files are read in place."""
+
+from __future__ import annotations
+
+from ....schemas.recipes import LocalSource, UnsetVariable, fill
+from ...storage import is_local, url_to_fs
+from ..batch import BatchRun
+from ..failures import NOT_FOUND, SOURCE_ERROR, FetchError
+from ..outcomes import Answer, Answers, FetchOutcome, LocalLocation, Located
+from ..release import file_in
+
+
+class Local:
+    kind = "local"
+
+    def answer(self, source: LocalSource, located: Located, run: BatchRun) -> Answers:
+        roots = [source.root] if source.root else list(run.context.media_roots)
+        if not roots:
+            return dict.fromkeys(located, FetchError(NOT_FOUND, "no --media-root given"))
+        return {ref: self._find(source, roots, ref, variables) for ref, variables in located.items()}
+
+    def _find(self, source: LocalSource, roots: list[str], ref: str, variables: dict[str, str]) -> Answer:
+        """The first root holding the reference's file (user folders: their symlinks are followed)."""
+        for root in roots:
+            try:
+                fs, base = url_to_fs(fill(root, variables), **source.storage_options)
+                path = file_in(fs, base, fill(source.path, variables))
+            except UnsetVariable as exc:
+                return FetchError(SOURCE_ERROR, f"local source skipped: {exc}")
+            if path is not None:
+                found = LocalLocation(path if is_local(fs) else fs.unstrip_protocol(path))
+                return FetchOutcome(ref, "ok", self.kind, found.path, location=found)
+        return FetchError(NOT_FOUND, f"not under {', '.join(roots)}")

@@ -1,0 +1,35 @@
+"""``release_tar``: the subset's own media in the release, read in place (:mod:`..release`: loose files
+under the subset folder and ``media/``, then members of the media tars)."""
+
+from __future__ import annotations
+
+from ....schemas.recipes import ReleaseTarSource
+from ..batch import BatchRun
+from ..failures import NOT_FOUND, FetchError
+from ..outcomes import Answers, FetchOutcome, Located
+from ..release import MissingMedia, ReleaseMedia
+
+
+class ReleaseTar:
+    kind = "release_tar"
+
+    def answer(self, source: ReleaseTarSource, located: Located, run: BatchRun) -> Answers:
+        if run.context.subset_path is None:
+            return dict.fromkeys(located, FetchError(NOT_FOUND, "no release folder given"))
+        release = ReleaseMedia(run.context.subset_path, run.context.media_tars)
+        out: Answers = {}
+        for ref, variables in located.items():
+            rel = variables["ref"]
+            try:
+                hit = release.locate(rel)
+            except MissingMedia as exc:
+                out[ref] = FetchError(exc.failure, str(exc))
+                continue
+            if hit is None:
+                miss = release.not_found()
+                out[ref] = FetchError(miss.failure, str(miss))
+                continue
+            location = hit[1]
+            upstream = location.path if location.offset is None else f"{location.path}#{rel}"
+            out[ref] = FetchOutcome(ref, "ok", self.kind, upstream, nbytes=location.size, location=location)
+        return out

@@ -1,0 +1,201 @@
+"""Run one suite over one profile with Great Expectations, and say in one line what each failure means.
+
+Great Expectations validates the profile and keeps the result (the Data Docs are rendered from it). A
+failed expectation becomes ``"<suite>: <title>: <detail>; e.g. <examples>"``: the title is the
+expectation's ``meta.title`` filled with the parameters and the profile, the detail quotes what was
+found (``meta.found`` formats it), and the examples are the first rows of the expectation's
+``meta.examples`` query, run over the manifest so a reader sees the offending rows, not an aggregate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from .gx import quiet_context
+from .params import gx_params
+from .profiles import sql_params
+from .results import GateResult
+from .suites import load_suite
+
+if TYPE_CHECKING:
+    import duckdb
+    import pandas as pd
+
+EXAMPLES = 3  # example rows quoted per failed expectation
+
+
+def run_suite(
+    result: GateResult,
+    suite_name: str,
+    frame: pd.DataFrame,
+    params: dict[str, Any],
+    con: duckdb.DuckDBPyConnection | None,
+) -> None:
+    """Validate ``frame`` with the suite ``suite_name`` and add the outcome to ``result``.
+
+    ``con`` holds the manifests' views for the examples queries (None: no examples, as for drift); the
+    profile itself is registered there as ``profile`` since some examples point at profile rows.
+    """
+    spec = load_suite(suite_name)
+    validation = _validate(suite_name, spec, frame, gx_params(params))
+    if con is not None:
+        con.register("profile", frame)
+    result.results[suite_name] = validation.to_json_dict()
+    row0 = frame.iloc[0].to_dict() if len(frame) == 1 else {}
+    failed = [r for r in validation.results if not r.success]
+    for r in failed:
+        result.failures.append(_failure_line(suite_name, spec, r, params | row0, params, con))
+    result.suites[suite_name] = not failed
+    result.passed = result.passed and not failed
+
+
+# --------------------------------------------------------------------------------------------------------
+# Great Expectations
+
+
+@lru_cache(maxsize=1)
+def _context() -> Any:
+    """The gate's GX context (one per process), with one pandas source for the profiles."""
+    ctx = quiet_context()
+    ctx.data_sources.add_pandas("vlmforge")
+    return ctx
+
+
+def _validate(suite_name: str, spec: Mapping[str, Any], frame: pd.DataFrame, params: dict[str, Any]) -> Any:
+    """GX's validation of ``frame`` (a whole-frame batch of the asset ``<suite>_profile``) by the suite."""
+    import great_expectations as gx
+
+    batch_def = _batch_definition(suite_name)
+    suite = gx.ExpectationSuite(
+        name=suite_name, expectations=_indexed(spec["expectations"]), meta={"version": spec.get("version")}
+    )
+    batch = batch_def.get_batch(batch_parameters={"dataframe": frame})
+    return batch.validate(suite, expectation_parameters=params, result_format={"result_format": "SUMMARY"})
+
+
+def _batch_definition(suite_name: str) -> Any:
+    """The whole-dataframe batch definition of the asset ``<suite>_profile`` (made on first use)."""
+    source = _context().data_sources.get("vlmforge")
+    asset_name = f"{suite_name}_profile"
+    try:
+        asset = source.get_asset(asset_name)
+    except LookupError:
+        asset = source.add_dataframe_asset(asset_name)
+    try:
+        return asset.get_batch_definition("whole")
+    except KeyError:
+        return asset.add_batch_definition_whole_dataframe("whole")
+
+
+def _indexed(expectations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The expectations, each marked with its index in the suite (GX's results do not keep the order)."""
+    out = []
+    for i, exp in enumerate(expectations):
+        exp = dict(exp)
+        exp["meta"] = dict(exp.get("meta") or {}) | {"vlmforge_index": i}
+        out.append(exp)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------
+# Failure lines
+
+
+def _failure_line(
+    suite_name: str,
+    spec: Mapping[str, Any],
+    r: Any,
+    values: Mapping[str, Any],
+    params: Mapping[str, Any],
+    con: duckdb.DuckDBPyConnection | None,
+) -> str:
+    """``"<suite>: <title>: <detail>; e.g. <examples>"`` for the failed expectation result ``r``."""
+    meta = r.expectation_config.meta or {}
+    exp_spec = spec["expectations"][meta.get("vlmforge_index", 0)]
+    exp_meta = exp_spec.get("meta") or {}
+    title = _title(exp_meta.get("title") or r.expectation_config.type, values)
+    examples = _examples(con, exp_meta.get("examples"), params)
+    if (
+        "found" in exp_meta
+        and exp_meta["found"] is None
+        and not (r.exception_info or {}).get("raised_exception")
+    ):
+        detail = ""  # the title says it all (drift)
+    else:
+        detail = ": " + _detail(r, exp_meta.get("found"))
+    return f"{suite_name}: {title}{detail}{examples}"
+
+
+class _Fmt(dict[str, Any]):
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def _title(template: str, values: Mapping[str, Any]) -> str:
+    shown = {k: ("no limit" if v is None else v) for k, v in values.items()}
+    try:
+        return template.format_map(_Fmt(shown))
+    except (ValueError, TypeError, KeyError, IndexError):
+        return template
+
+
+def shorten(value: Any, width: int = 80) -> str:
+    """``str(value)``, cut to ``width`` characters with an ellipsis."""
+    text = str(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars and integral floats as plain Python numbers; pairs element by element."""
+    if isinstance(value, list | tuple):
+        return tuple(_plain(v) for v in value)
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _found(template: str | None, value: Any) -> str:
+    value = _plain(value)
+    if template:
+        try:
+            return template.format(value)
+        except (ValueError, TypeError, IndexError, KeyError):
+            pass
+    return shorten(value, 60)
+
+
+def _detail(result: Any, found: str | None = None) -> str:
+    res = result.result or {}
+    if result.exception_info and result.exception_info.get("raised_exception"):
+        return f"could not be checked: {shorten(result.exception_info.get('exception_message'), 200)}"
+    unexpected = res.get("partial_unexpected_list")
+    if unexpected:
+        return "found " + ", ".join(_found(found, v) for v in unexpected[:5])
+    if "observed_value" in res:
+        return f"observed {res.get('observed_value')}"
+    return "failed"
+
+
+def _examples(con: duckdb.DuckDBPyConnection | None, sql: str | None, params: Mapping[str, Any]) -> str:
+    """``"; e.g. <first rows of sql>"`` ("" without a query, a connection or one of its parameters)."""
+    if con is None or not sql:
+        return ""
+    names = sql_params(sql)
+    if any(params.get(n) is None for n in names):
+        return ""
+    try:
+        rel = con.execute(f"SELECT * FROM ({sql}) LIMIT {EXAMPLES}", {n: params[n] for n in names})
+        cols = [d[0] for d in rel.description or []]
+        rows = rel.fetchall()
+    except Exception as exc:  # noqa: BLE001 - examples are a courtesy; the failure itself stands
+        return f" (examples unavailable: {shorten(exc, 120)})"
+    if not rows:
+        return ""
+    shown = "; ".join(
+        " ".join(f"{c}={shorten(_plain(v), 60)}" for c, v in zip(cols, row, strict=True)) for row in rows
+    )
+    return f"; e.g. {shown}"

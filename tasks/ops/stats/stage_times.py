@@ -1,0 +1,130 @@
+"""Per-stage wall time and throughput of runs: the ``runs`` manifest table.
+
+The pipeline writes one row per stage and subset (``_run`` for the run-wide stages) when a run ends; the
+stats report shows the latest run's rows.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ...manifests import OutputLayout
+from ...storage import atomic_write_bytes
+
+__all__ = ["RUN_WIDE", "StageTime", "batch_stage_times", "read_stage_times", "write_stage_times"]
+
+RUN_WIDE = "_run"  # the subset value of run-wide stages
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """One row of the ``runs`` table."""
+
+    subset: str
+    stage: str
+    seconds: float
+    items: int | None = None
+    unit: str | None = None
+    bytes: int | None = None
+    batches: int | None = None
+    skipped: int | None = None
+
+    def row(self, run_id: str, started_at: str | None, source_format: str | None) -> dict[str, object]:
+        secs = max(self.seconds, 0.0)
+        return {
+            "subset": self.subset,
+            "run_id": run_id,
+            "stage": self.stage,
+            "started_at": started_at,
+            "seconds": round(secs, 6),
+            "items": self.items,
+            "unit": self.unit,
+            "bytes": self.bytes,
+            "items_per_s": round(self.items / secs, 3) if self.items is not None and secs > 0 else None,
+            "mb_per_s": round(self.bytes / secs / 1e6, 3) if self.bytes is not None and secs > 0 else None,
+            "batches": self.batches,
+            "skipped": self.skipped,
+            "source_format": source_format,
+        }
+
+
+def write_stage_times(
+    out: str,
+    run_id: str,
+    times: Sequence[StageTime],
+    *,
+    started_at: str | None = None,
+    source_format: str | None = None,
+) -> list[str]:
+    """Write one ``runs`` part per subset for run ``run_id``
+    (``manifests/runs/subset=<s>/part-<run>.parquet``, atomically); returns the paths."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ....schemas.manifests import RUNS
+
+    layout = OutputLayout(out)
+    by_subset: dict[str, list[dict[str, object]]] = {}
+    for t in times:
+        by_subset.setdefault(t.subset, []).append(t.row(run_id, started_at, source_format))
+    paths = []
+    for subset, rows in sorted(by_subset.items()):
+        table = pa.Table.from_pylist(rows, schema=RUNS)
+        buf = io.BytesIO()
+        pq.write_table(table, buf, compression="zstd")
+        path = f"{layout.table_dir('runs', subset)}/part-{run_id}.parquet"
+        atomic_write_bytes(layout.fs, path, buf.getvalue())
+        paths.append(path)
+    return paths
+
+
+def batch_stage_times(subset: str, stats: Any) -> list[StageTime]:
+    """Per-subset sub-stage rows from a subset's merged :class:`~vlmforge.tasks.batch.build.BatchStats`."""
+    run = stats.batches - stats.skipped_batches
+    return [
+        StageTime(subset, "setup", stats.setup_seconds, None, None, None, run),
+        StageTime(subset, "parse", stats.parse_seconds, stats.lines if run else 0, "rows", None, run),
+        StageTime(subset, "media", stats.media_seconds, stats.media_refs, "media", stats.media_bytes, run),
+        StageTime(subset, "tokens", stats.tokens_seconds, stats.ok if run else 0, "samples", None, run),
+        StageTime(subset, "write", stats.write_seconds, stats.lines if run else 0, "rows", None, run),
+        StageTime(
+            subset,
+            "batches",
+            stats.setup_seconds
+            + stats.parse_seconds
+            + stats.media_seconds
+            + stats.tokens_seconds
+            + stats.write_seconds,
+            stats.lines,
+            "rows",
+            None,
+            stats.batches,
+            stats.skipped_batches,
+        ),
+    ]
+
+
+def read_stage_times(out: str, run_id: str | None = None) -> tuple[str | None, list[dict[str, Any]]]:
+    """(run id, rows of the ``runs`` table for it): the latest run when ``run_id`` is None."""
+    from ..query import connect
+
+    con = connect(out)
+    try:
+        if run_id is None:
+            latest = con.execute("SELECT max(run_id) FROM runs").fetchone()
+            run_id = latest[0] if latest else None
+        if run_id is None:
+            return None, []
+        table = con.execute(
+            "SELECT * FROM runs WHERE run_id = $run ORDER BY subset = '_run' DESC, subset, "
+            "list_position(['staging','catalog','batches','setup','parse','media','tokens','write','gate','publish',"
+            "'validate','run'], stage), stage",
+            {"run": run_id},
+        ).to_arrow_table()
+        rows: list[dict[str, Any]] = table.to_pylist() if table is not None else []
+    finally:
+        con.close()
+    return run_id, rows

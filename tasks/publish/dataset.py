@@ -1,0 +1,184 @@
+"""Write one Megatron-Energon WebDataset per subset: deterministic tars, Energon's own prepare, a staged swap.
+
+Layout of a published dataset ``dest`` (see docs energon-format.md §1, §11)::
+
+    dest/
+    ├── train-<subset>-000000.tar (+ .tar.idx)     # uncompressed, deterministic GNU tars (:mod:`.tar`)
+    ├── val-<subset>-000000.tar   (+ .tar.idx)     # only when the val split is non-empty
+    ├── vlmforge-shards.json                      # [{shard, split, samples, bytes, sha256, tokens, keys}]
+    └── .nv-meta/{.info.json, split.yaml, index.sqlite, index.uuid, dataset.yaml, dataset_psi<N>.yaml}
+
+:func:`write_energon_dataset` is a pipeline of the steps that live in their own modules: each sample is
+encoded by its sample format (:mod:`.formats`, default the crude one) and prepared (:mod:`.members`),
+split writers roll shards over and keep finished shards of an interrupted attempt (:mod:`.rolling`,
+:mod:`.journal`), Energon indexes the staged folder (:mod:`.prepare`), the result is re-read and checked,
+the listing is written (:mod:`.listing`), and the staged folder is swapped into place (:mod:`.swap`).
+Media may be given as bytes or as :class:`~.samples.MediaPart` (size + sha256 + a loader): the latter is
+read only when its shard is written, so a resumed write skips finished shards without reading their media.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from ..storage import no_space
+from .formats import DEFAULT_FORMAT, get_format
+from .formats.base import SampleFormat
+from .journal import Journal, Syncer, journal_header, open_staging
+from .keys import KEY_RE
+from .listing import write_listing
+from .members import prepare_sample
+from .metadataset import write_dataset_configs
+from .prepare import default_prepare_workers, indexed_counts, run_prepare
+from .rolling import Done, ShardWriter
+from .samples import SPLITS, DatasetResult, DuplicateKeyError, EnergonPrepareError, ShardInfo, ShardSample
+from .swap import recover_old, remove, staging_path, swap_into_place
+from .tar import check_tar
+
+__all__ = ["write_energon_dataset"]
+
+
+def write_energon_dataset(
+    samples: Iterable[ShardSample],
+    dest: Path,
+    *,
+    subset: str,
+    shard_max_bytes: int = 1_000_000_000,
+    shard_max_samples: int = 10_000,
+    fsync: bool = True,
+    resume: bool = True,
+    prepare_workers: int | None = None,
+    check: Callable[[Path], None] | None = None,
+    sample_format: str = DEFAULT_FORMAT,
+) -> DatasetResult:
+    """Write ``samples`` as a prepared Energon dataset at ``dest`` (replacing it atomically).
+
+    ``check(staging)`` runs on the complete staged folder before the swap (the ``shards`` quality suite);
+    when it raises, the staging folder is removed and the published version stays as it was.
+
+    ``fsync`` makes every shard durable before it is recorded as finished (and the publish rename after
+    it); ``resume`` keeps the finished shards of an interrupted earlier call with the same ``subset``,
+    limits and ``sample_format`` when the same samples arrive for them again (see :mod:`.journal`).
+    ``prepare_workers`` is the process count of Energon's prepare (default :func:`default_prepare_workers`).
+
+    Raises :class:`DuplicateKeyError` on a repeated key, :class:`ValueError` on an invalid sample or an
+    empty input (an Energon dataset needs at least one shard), :class:`EnergonPrepareError` if Energon's
+    prepare step fails or its counts disagree with what was written; after these the staging folder is
+    removed. Any other exception (an I/O error, an interrupt) leaves it in place for the next call to resume.
+    """
+    fmt = get_format(sample_format)
+    _check_arguments(subset, shard_max_bytes, shard_max_samples)
+    dest = Path(dest)
+    staging = staging_path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    recover_old(dest)
+    header = journal_header(subset, shard_max_bytes, shard_max_samples, fmt.name)
+    journal = open_staging(staging, header, resume, fsync)
+    try:
+        done = _write_shards(
+            samples, staging, subset, shard_max_bytes, shard_max_samples, journal, fmt, fsync
+        )
+        result = _index_and_check(staging, done, fmt, prepare_workers)
+    except (ValueError, TypeError, EnergonPrepareError):  # the same input would fail the same way again
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _run_check(check, staging)
+    journal.path.unlink()
+    swap_into_place(staging, dest, fsync=fsync)
+    result.path = dest
+    return result
+
+
+def _check_arguments(subset: str, max_bytes: int, max_samples: int) -> None:
+    if not subset or KEY_RE.search(subset):
+        raise ValueError(f"invalid subset name {subset!r}")
+    if max_samples < 1 or max_bytes < 1:
+        raise ValueError("shard_max_samples and shard_max_bytes must be positive")
+
+
+def _write_shards(
+    samples: Iterable[ShardSample],
+    root: Path,
+    subset: str,
+    max_bytes: int,
+    max_samples: int,
+    journal: Journal,
+    fmt: SampleFormat,
+    fsync: bool,
+) -> list[Done]:
+    """Every sample into its split's shards; the finished shards in split order (train, then val)."""
+    syncer = Syncer(journal, fsync)
+    writers = {
+        split: ShardWriter(root, split, subset, max_bytes, max_samples, journal, syncer) for split in SPLITS
+    }
+    seen: set[str] = set()
+    try:
+        for sample in samples:
+            prepared = prepare_sample(sample, fmt)
+            if prepared.key in seen:
+                raise DuplicateKeyError(f"duplicate sample key {prepared.key!r} in subset {subset!r}")
+            seen.add(prepared.key)
+            writers[sample.split].add(prepared)
+        for writer in writers.values():
+            writer.close()
+        syncer.drain()
+    except BaseException as exc:
+        for writer in writers.values():
+            writer.abort()
+        # finished shards still become durable and recorded (the next call resumes from them); the
+        # original error is the one to report
+        with contextlib.suppress(Exception):
+            syncer.drain()
+        full = no_space(exc, str(root))
+        if full is not None:
+            raise full from exc
+        raise
+    if not seen:
+        raise ValueError(f"subset {subset!r} has no samples; an Energon dataset needs at least one shard")
+    return [item for split in SPLITS for item in writers[split].done]
+
+
+def _index_and_check(
+    root: Path, done: list[Done], fmt: SampleFormat, prepare_workers: int | None
+) -> DatasetResult:
+    """Energon's prepare over the finished shards, then each shard re-read and compared with its counts."""
+    tar_names = [item.shard for item in done]
+    for path in root.iterdir():  # shards of a longer interrupted attempt
+        if path.name.endswith(".tar") and path.name not in tar_names:
+            remove(path)
+    patterns = [(split, rf"{split}-.*") for split in SPLITS if any(item.split == split for item in done)]
+    run_prepare(root, tar_names, patterns, prepare_workers or default_prepare_workers(len(tar_names)))
+    write_dataset_configs(root / ".nv-meta", fmt)
+    shard_counts = indexed_counts(root, tar_names)
+    result = DatasetResult(path=root)
+    listing: list[tuple[ShardInfo, list[str]]] = []
+    for item in done:
+        _check_shard(root, item, shard_counts[item.shard])
+        shard = ShardInfo(item.shard, item.split, len(item.keys), item.bytes, item.sha256, item.tokens)
+        result.shards.append(shard)
+        result.samples += shard.samples
+        result.reused_shards += item.reused
+        listing.append((shard, item.keys))
+    write_listing(root, listing)
+    return result
+
+
+def _check_shard(root: Path, item: Done, indexed: int) -> None:
+    check_tar(root / item.shard, item.keys)
+    if indexed != len(item.keys):
+        raise EnergonPrepareError(
+            f"{item.shard}: energon counted {indexed} samples, {len(item.keys)} were written"
+        )
+
+
+def _run_check(check: Callable[[Path], None] | None, staging: Path) -> None:
+    if check is None:
+        return
+    try:
+        check(staging)
+    except Exception:  # the staged dataset is refused as a whole; the published one stays
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

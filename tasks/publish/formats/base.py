@@ -1,0 +1,42 @@
+"""The one interface of an Energon sample format: what a sample becomes inside a shard, and how Energon is
+told to read it.
+
+The shard writer is the same for every format (deterministic tars, journal, prepare, swap); a format only
+decides the tar members of one sample (a record part held in memory, then media parts read when the shard
+is written) and the text of ``.nv-meta/dataset.yaml``. A new format is one module in this package, added
+to :data:`~vlmforge.tasks.publish.formats.FORMATS`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..samples import MediaPart
+
+__all__ = ["SampleFormat", "TarParts"]
+
+
+@dataclass(frozen=True)
+class TarParts:
+    """One sample's tar members, named ``<key>.<name>`` in the shard, in write order: the record first
+    (bytes in memory), then the media parts (loaded when their shard is written)."""
+
+    record_name: str
+    record: bytes
+    media: tuple[MediaPart, ...]
+
+
+class SampleFormat(ABC):
+    """How samples are stored for one Energon dataset class."""
+
+    #: The registry name (``FORMATS[name]``); also recorded in the resume journal's header.
+    name: ClassVar[str]
+    #: ``.nv-meta/dataset.yaml``: the Energon class that loads the shards (and its options).
+    dataset_yaml: ClassVar[str]
+
+    @abstractmethod
+    def encode(self, record: dict[str, Any], media: tuple[MediaPart, ...]) -> TarParts:
+        """The tar members of a sample with this vlmforge ``record`` and its ``media`` (in order of
+        appearance). Must be deterministic: the shard's bytes depend only on what this returns."""

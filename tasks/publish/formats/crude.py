@@ -1,0 +1,27 @@
+"""The ``CrudeWebdataset`` format: the vlmforge record as the ``json`` part, each media part as it is.
+
+A sample is ``<key>.json`` (the record, compact sorted JSON) followed by its media parts ``<key>.0.jpg``,
+``<key>.1.png``, ``<key>.2.mp4``, ... Energon loads it as a crude sample; the training side cooks it with
+:mod:`vlmforge.energon` (``ChatTaskEncoder`` / ``COOKERS``), which needs only megatron-energon installed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+from ..samples import MediaPart
+from .base import SampleFormat, TarParts
+
+__all__ = ["DATASET_YAML", "CrudeFormat"]
+
+DATASET_YAML = "__module__: megatron.energon\n__class__: CrudeWebdataset\n"
+
+
+class CrudeFormat(SampleFormat):
+    name: ClassVar[str] = "crude"
+    dataset_yaml: ClassVar[str] = DATASET_YAML
+
+    def encode(self, record: dict[str, Any], media: tuple[MediaPart, ...]) -> TarParts:
+        payload = json.dumps(record, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        return TarParts(record_name="json", record=payload.encode("utf-8"), media=media)

@@ -1,0 +1,148 @@
+"""Deterministic shard tars: GNU format, fixed headers, ``tarfile``-identical padding, hashed as written.
+
+A shard's bytes depend only on its samples: members ``<key>.<record>`` then the media parts in order,
+headers from :func:`~.members.tar_header` (long names via ``././@LongLink``, never pax headers), padded to
+10 KiB records exactly like :mod:`tarfile`. So a rewrite, a resumed write or another machine gives
+byte-identical shards. :func:`check_tar` re-reads a written shard with :mod:`tarfile`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import queue
+import tarfile
+import threading
+from pathlib import Path
+
+from .members import BLOCK, Prepared
+from .samples import EnergonPrepareError, MediaPart
+
+__all__ = ["TarOut", "check_tar", "file_sha256"]
+
+_RECORD = tarfile.RECORDSIZE  # 10240: tarfile pads the archive to a multiple of this
+_WRITE_BUFFER = 1 << 20
+_SMALL_WRITE = 1 << 16
+
+
+class _Hasher:
+    """sha256 of a byte stream on a helper thread (hashlib releases the GIL), so hashing overlaps writing."""
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=16)
+        self._thread = threading.Thread(target=self._run, name="vlmforge-shard-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (chunk := self._queue.get()) is not None:
+            self._hash.update(chunk)
+
+    def update(self, chunk: bytes) -> None:
+        self._queue.put(chunk)
+
+    def hexdigest(self) -> str:
+        self._queue.put(None)
+        self._thread.join()
+        return self._hash.hexdigest()
+
+    def abort(self) -> None:
+        self._queue.put(None)
+
+
+class TarOut:
+    """A shard being written: GNU tar bytes out, sha256 of what was written, tarfile-identical padding.
+
+    Headers and padding are gathered into chunks of ~1 MiB; media bytes go out as they are. Each chunk is
+    written with plain ``write`` calls and handed to a :class:`_Hasher`.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.handle = path.open("wb", buffering=0)
+        self.hasher = _Hasher()
+        self.offset = 0
+        self._small = bytearray()
+
+    def _write(self, data: bytes) -> None:
+        self.offset += len(data)
+        if len(data) < _SMALL_WRITE:
+            self._small += data
+            if len(self._small) >= _WRITE_BUFFER:
+                self._flush_small()
+        else:
+            self._flush_small()
+            self._emit(data)
+
+    def _flush_small(self) -> None:
+        if self._small:
+            chunk, self._small = bytes(self._small), bytearray()
+            self._emit(chunk)
+
+    def _emit(self, chunk: bytes) -> None:
+        self.hasher.update(chunk)
+        view = memoryview(chunk)
+        while view:
+            written = self.handle.write(view)
+            view = view[written or 0 :]
+
+    def add(self, sample: Prepared) -> None:
+        self._member(sample.headers[0], sample.record, None)
+        for header, part in zip(sample.headers[1:], sample.parts, strict=True):
+            self._member(header, part.load(), part)
+
+    def _member(self, header: bytes, data: bytes, part: MediaPart | None) -> None:
+        if part is not None and len(data) != part.size:
+            raise OSError(
+                f"{self.path.name}: media part {part.name!r} (sha256 {part.sha256[:12]}…) has {len(data)} "
+                f"bytes, {part.size} were announced"
+            )
+        self._write(header)
+        self._write(data)
+        pad = -len(data) % BLOCK
+        if pad:
+            self._write(b"\0" * pad)
+
+    def finish(self) -> tuple[int, str]:
+        """End-of-archive marker and record padding (as ``tarfile.TarFile.close``); the handle stays open
+        for the journal's syncer to fsync and close."""
+        self._write(b"\0" * (2 * BLOCK))
+        remainder = self.offset % _RECORD
+        if remainder:
+            self._write(b"\0" * (_RECORD - remainder))
+        self._flush_small()
+        return self.offset, self.hasher.hexdigest()
+
+    def abort(self) -> None:
+        """Drop the unfinished shard: it is not in the journal, so no resume would keep it, and after a full
+        disk its bytes would hold the space the rest of the run needs."""
+        self.hasher.abort()
+        self.handle.close()
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+
+
+def check_tar(path: Path, expected: list[str]) -> None:
+    """Re-open a written shard and check its members form exactly the expected samples, in order."""
+    keys: list[str] = []
+    with tarfile.open(path, "r:") as tar:
+        for member in tar:
+            if not member.isreg():
+                raise EnergonPrepareError(f"{path.name}: unexpected non-file member {member.name!r}")
+            key = member.name.split(".", 1)[0]
+            if not keys or keys[-1] != key:
+                keys.append(key)
+    if keys != expected:
+        first = next((i for i, (a, b) in enumerate(zip(keys, expected, strict=False)) if a != b), len(keys))
+        raise EnergonPrepareError(
+            f"{path.name}: re-read {len(keys)} samples, wrote {len(expected)} (first difference at {first})"
+        )
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
