@@ -27,16 +27,6 @@ import pytest
 
 pytestmark = pytest.mark.slow
 RUN_TIMEOUT_S = 900.0
-# Leaks the redaction rule has today (issue 21), each with where it is fixed. While one is listed, the test
-# xfails on it (and fails on any other); once fixed, the test passes: then drop it from here.
-KNOWN_LEAKS = {
-    # schemas/redact.py keeps the value of an allow-listed key verbatim, URL user info included (the run
-    # record, Prefect's flow-run parameters, the DEBUG log of them); fix: pass allow-listed string values
-    # through redact() in redact_options().
-    "endpoint_url userinfo": "schemas/redact.py: redact_options() keeps allow-listed values verbatim",
-}
-
-
 def _planted() -> str:
     return f"PLANTED{secrets.token_hex(6).upper()}"  # distinct per spelling; looks like no word
 
@@ -128,8 +118,7 @@ def test_planted_secrets_reach_no_file_database_or_log(
         for spelling, value in planted.items()
     }
     leaks = {k: v for k, v in leaks.items() if v}
-    unknown = {k: v for k, v in leaks.items() if k not in KNOWN_LEAKS}
-    assert unknown == {}, f"planted secrets found at rest or in logs: {json.dumps(unknown, indent=1)}"
+    assert leaks == {}, f"planted secrets found at rest or in logs: {json.dumps(leaks, indent=1)}"
     # Masked, not dropped: the run record still says which options were given.
     (record,) = (out / "runs").glob("*.json")
     recorded = json.loads(record.read_text())["config"]
@@ -138,5 +127,3 @@ def test_planted_secrets_reach_no_file_database_or_log(
     # The search covered the places that matter (else it proves nothing).
     assert any((scratch / "prefect").rglob("*.db")), "no Prefect database to search"
     assert any((scratch / "tmp").rglob("session_*/logs/*worker*")), "no Ray worker log to search"
-    if leaks:
-        pytest.xfail("; ".join(f"{k} leaks ({KNOWN_LEAKS[k]}): {v}" for k, v in leaks.items()))
