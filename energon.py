@@ -104,20 +104,28 @@ def decode_video_frames(video: Any, part: dict | None = None) -> Any:
     ``video`` is an ``AVDecoder`` (Energon's default decoder) or the raw bytes (``decoder = None``).
     ``part`` is the video's content part from the record: its ``frame_indices`` (list of frame numbers)
     are decoded exactly; else ``sampled_frames`` (int) or :data:`DEFAULT_VIDEO_FRAMES` frames are taken
-    uniformly over the video.
+    uniformly over the video. Frames are turned upright (the video's rotation metadata applied).
     """
     import torch
     from megatron.energon.av import AVDecoder, get_single_frames_uniform
+
+    from .tasks.media.video import display_rotation
 
     decoder = video if isinstance(video, AVDecoder) else AVDecoder(io.BytesIO(bytes(video)))
     info = part or {}
     indices = info.get("frame_indices")
     if isinstance(indices, list) and indices and all(isinstance(i, int) for i in indices):
         clips, _timestamps = decoder.get_video_clips([(i, i) for i in indices], video_unit="frames")
-        return torch.cat([clip[:1] for clip in clips], dim=0)
-    count = info.get("sampled_frames")
-    n = count if isinstance(count, int) and count > 0 else DEFAULT_VIDEO_FRAMES
-    return get_single_frames_uniform(decoder, n)
+        frames = torch.cat([clip[:1] for clip in clips], dim=0)
+    else:
+        count = info.get("sampled_frames")
+        n = count if isinstance(count, int) and count > 0 else DEFAULT_VIDEO_FRAMES
+        frames = get_single_frames_uniform(decoder, n)
+    # The decoder hands over frames as coded; turn them upright as a player shows them (rotation metadata).
+    decoder.stream.seek(0)
+    rotation = display_rotation(decoder.stream)
+    decoder.stream.seek(0)
+    return torch.rot90(frames, -(rotation // 90), dims=(2, 3)) if rotation else frames
 
 
 def _frames_tensor(images: list[Any]) -> Any:

@@ -175,7 +175,13 @@ def bench_write(
     try:
         t0 = time.perf_counter()
         result = dataset.write_energon_dataset(
-            items(), dest, subset="bench", shard_max_bytes=shard_bytes, shard_max_samples=10**9, fsync=fsync
+            items(),
+            dest,
+            subset="bench",
+            shard_max_bytes=shard_bytes,
+            shard_max_samples=10**9,
+            fsync=fsync,
+            sample_format="crude",  # the read-back below is the crude cooker's
         )
         total = time.perf_counter() - t0
     finally:

@@ -10,13 +10,13 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..tasks.errors import VlmforgeError
+from ..tasks.errors import ConfigError, VlmforgeError
 from .runtime import apply_quiet_env
 
 apply_quiet_env()
@@ -46,6 +46,7 @@ Examples:
 
 @app.command(epilog=RUN_EXAMPLES)
 def run(
+    ctx: typer.Context,
     release: Annotated[str, typer.Argument(help="release folder or fsspec URL (one folder per subset)")],
     out: Annotated[str, typer.Option("--out", "-o", help="output folder")],
     source_format: Annotated[
@@ -91,6 +92,13 @@ def run(
             "it; each keeps at least 1)"
         ),
     ] = 32,
+    trainer: Annotated[
+        str | None,
+        typer.Option(
+            help="set --model and the knobs to what this trainer's data path does (bridge-qwen2.5-vl | "
+            "bridge-qwen3-vl; table in README); options given explicitly override the trainer's values"
+        ),
+    ] = None,
     model: Annotated[str, typer.Option(help="model preset for token counts and resize")] = "qwen2_5_vl",
     model_dir: Annotated[
         str | None, typer.Option(help="local model folder: its preprocessor_config.json overrides the preset")
@@ -127,6 +135,13 @@ def run(
     ] = None,
     shard_size: Annotated[str, typer.Option(help="target bytes per shard (1GB, 500MB, ...)")] = "1GB",
     shard_max_samples: Annotated[int, typer.Option(help="samples per shard at most")] = 10_000,
+    sample_format: Annotated[
+        str,
+        typer.Option(
+            help="bridge (Megatron-Bridge's ChatMLWebdataset: images and sampled frames, pickled) | crude "
+            "(CrudeWebdataset + vlmforge's cooker: media parts as stored, video bytes with frame_indices)"
+        ),
+    ] = "bridge",
     batch_lines: Annotated[int, typer.Option(help="JSONL lines per batch (the unit of work)")] = 2000,
     ray_address: Annotated[str | None, typer.Option(help="existing Ray cluster (default: local)")] = None,
     num_cpus: Annotated[int | None, typer.Option(help="CPUs for the local Ray")] = None,
@@ -138,7 +153,7 @@ def run(
     from ..tasks.publish.rolling import parse_size
 
     try:
-        cfg = RunConfig.of(
+        options = dict(
             release=release,
             out=out,
             source_format=source_format,
@@ -174,10 +189,12 @@ def run(
             gate_overrides=gate_overrides,
             shard_max_bytes=parse_size(shard_size),
             shard_max_samples=shard_max_samples,
+            sample_format=sample_format,
             batch_lines=batch_lines,
             ray_address=ray_address,
             num_cpus=num_cpus,
         )
+        cfg = RunConfig.of(**_with_trainer(ctx, trainer, options))
     except Exception as exc:  # pydantic ValidationError: say which option and why
         raise typer.BadParameter(str(exc)) from None
     from ..schemas.presets import load_preset
@@ -199,6 +216,22 @@ def run(
         raise typer.Exit(1)
 
 
+def _with_trainer(ctx: typer.Context, trainer: str | None, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with the ``--trainer`` preset's values for every option not given on the command line
+    (or through an environment variable): an explicit flag overrides the trainer."""
+    from ..schemas.trainers import TRAINERS
+
+    if trainer is None:
+        return options
+    if trainer not in TRAINERS:
+        known = ", ".join(TRAINERS)
+        raise typer.BadParameter(f"unknown trainer {trainer!r}; known: {known}", param_hint="--trainer")
+    preset = TRAINERS[trainer]
+    # typer vendors click: compare the ParameterSource member by name, not by class
+    unset = {k for k in preset if getattr(ctx.get_parameter_source(k), "name", "DEFAULT") == "DEFAULT"}
+    return options | {k: v for k, v in preset.items() if k in unset}
+
+
 class _OwnErrorsWithoutTraceback(logging.Filter):
     """Prefect logs a failed flow's traceback; for the project's own errors (disk full, bad input) the
     one-line message the CLI prints is the whole story (``VLMFORGE_DEBUG=1`` keeps the traceback)."""
@@ -216,25 +249,24 @@ def query(
     sql: Annotated[str, typer.Argument(help="SQL over the views samples, media, subsets, shards")],
     fmt: Annotated[str, typer.Option("--format", help="table | csv | json")] = "table",
 ) -> None:
-    """Run DuckDB SQL over a run's manifests."""
-    from ..tasks.ops.query import run_query
+    """Run DuckDB SQL over a run's manifests (list and struct columns as JSON in csv and table)."""
+    from ..tasks.ops.query import FORMAT_NAMES, render, run_query, text_rows
 
+    if fmt not in FORMAT_NAMES:
+        raise ConfigError(f"--format {fmt!r}: expected one of {', '.join(FORMAT_NAMES)}")
     table = run_query(out, sql)
-    if fmt == "json":
-        import json
-
-        console.print_json(json.dumps(table.to_pylist(), default=str))
-    elif fmt == "csv":
-        import pyarrow.csv as pacsv
-
-        pacsv.write_csv(table, sys.stdout.buffer)
-    else:
+    if fmt == "table":
         t = Table()
         for name in table.column_names:
             t.add_column(name, overflow="fold")
-        for row in table.to_pylist():
-            t.add_row(*("" if v is None else str(v) for v in row.values()))
+        for row in text_rows(table):
+            t.add_row(*row)
         console.print(t)
+    elif fmt == "json":
+        console.print_json(render(table, fmt))
+    else:
+        sys.stdout.write(render(table, fmt))
+        sys.stdout.flush()
 
 
 @app.command("sample-release")
@@ -266,7 +298,7 @@ def main() -> None:
     except VlmforgeError as exc:
         if os.environ.get("VLMFORGE_DEBUG"):
             raise
-        err.print(f"[red]error:[/red] {exc}\n(set VLMFORGE_DEBUG=1 for the traceback)")
+        err.print(f"[red]error:[/red] {exc}\n(set VLMFORGE_DEBUG=1 for the traceback)", soft_wrap=True)
         sys.exit(2)
 
 

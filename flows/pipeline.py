@@ -126,6 +126,7 @@ def publish_task(cfg: RunConfig, subset: str, run_id: str) -> PublishResult:
         subset,
         shard_max_bytes=cfg.shards.shard_max_bytes,
         shard_max_samples=cfg.shards.shard_max_samples,
+        sample_format=cfg.shards.sample_format,
         store=cfg.store_url,
         check=check,
     )

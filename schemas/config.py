@@ -130,6 +130,7 @@ class ShardOptions(_Options):
 
     shard_max_bytes: int = Field(default=1_000_000_000, gt=0)
     shard_max_samples: int = Field(default=10_000, gt=0)
+    sample_format: Literal["bridge", "crude"] = "bridge"  # Energon sample format (tasks/publish/formats)
 
 
 class GateOptions(_Options):

@@ -54,6 +54,9 @@ REASONS: Final[dict[str, Reason]] = {
             "unsafe_ref": "an absolute reference, one climbing out with `..`, or a URL not allowed",
             "placeholder_mismatch": "the <image>/<video> placeholders differ in number from the media",
             "duplicate_row": "identical to an earlier line of the subset",
+            "no_assistant_turn": "the conversation has no assistant turn: nothing for a trainer to learn",
+            "empty_turn": "a turn with neither text nor media (empty, blank or null content)",
+            "unknown_role": "a turn's role is not system, user or assistant (the role is named)",
         },
     ),
     # ------------------------------------------------------------------ a sample's media (batch)
@@ -88,6 +91,8 @@ REASONS: Final[dict[str, Reason]] = {
         {
             "zero_size": "the file is empty",
             "not_an_image": "the bytes are not an image format the pipeline reads (HTML page, text, ...)",
+            "unsupported_format": "an image or video format vlmforge does not accept (XPM, FITS, SWF, HEIF "
+            "without its plugin, ...)",
             "truncated": "the file ends before its image data does",
             "decode_error": "the decoder failed on the file's data",
             "decompression_bomb": "the header claims more pixels than --max-image-pixels",

@@ -102,14 +102,16 @@ def tree_hashes(root: Path) -> dict[str, str]:
 
 
 def load_energon_samples(out: str | Path, limit: int) -> tuple[list[Any], dict[str, dict[str, Any]]]:
-    """Up to ``limit`` samples of the Energon metadataset of the run in ``out``, loaded through
-    megatron-energon with the project's cooker, and the run's ``ok`` sample rows by key. Asserts that the
-    loader reported no error and that every sample is a ``ChatSample`` with as many images and videos as its
-    row."""
+    """Up to ``limit`` samples of the run in ``out``: every published dataset loaded through megatron-energon
+    with the reader its sample format names (the bridge format through vlmforge's reader of Bridge's parts,
+    so Megatron-Bridge need not be installed; the crude one through the project's cooker), and the run's
+    ``ok`` sample rows by key. Asserts that the loader reported no error and that every sample is a
+    ``ChatSample`` with as many images and videos as its row."""
     from megatron.energon import WorkerConfig, get_loader, get_train_dataset
 
-    from vlmforge.energon import ChatSample, ChatTaskEncoder
+    from vlmforge.energon import ChatSample
     from vlmforge.tasks.ops.query import run_query
+    from vlmforge.tasks.publish.formats import format_of_dataset
 
     errors: list[str] = []
     wc = WorkerConfig(
@@ -118,21 +120,30 @@ def load_energon_samples(out: str | Path, limit: int) -> tuple[list[Any], dict[s
         num_workers=0,
         global_error_handler=lambda exc, *a, **k: errors.append(repr(exc)),
     )
-    ds = get_train_dataset(
-        str(Path(out) / "energon" / "metadataset.yaml"),
-        worker_config=wc,
-        batch_size=None,
-        shuffle_buffer_size=None,
-        max_samples_per_sequence=None,
-        task_encoder=ChatTaskEncoder(),
-    )
     ok = {r["key"]: r for r in run_query(str(out), "SELECT * FROM samples WHERE status = 'ok'").to_pylist()}
     samples: list[Any] = []
-    for _, sample in zip(range(limit), get_loader(ds), strict=False):
-        assert isinstance(sample, ChatSample)
-        row = ok[sample.__key__]
-        assert len(sample.images) == row["n_images"] and len(sample.videos) == row["n_videos"]
-        samples.append(sample)
+    datasets = sorted(p.parent for p in (Path(out) / "energon").glob("*/.nv-meta"))
+    assert datasets, f"no published dataset under {out}/energon"
+    for path in datasets:
+        fmt = format_of_dataset(path)
+        ds = get_train_dataset(
+            str(path),
+            worker_config=wc,
+            batch_size=None,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+            task_encoder=fmt.read_encoder(),
+            repeat=False,
+            **({"dataset_config": fmt.read_config} if fmt.read_config else {}),
+        )
+        for _, item in zip(range(limit - len(samples)), get_loader(ds), strict=False):
+            for sample in item if isinstance(item, list) else [item]:
+                assert isinstance(sample, ChatSample)
+                row = ok[sample.__key__]
+                assert len(sample.images) == row["n_images"] and len(sample.videos) == row["n_videos"]
+                samples.append(sample)
+        if len(samples) >= limit:
+            break
     assert errors == []
     return samples, ok
 

@@ -133,13 +133,19 @@ def write_manifests(out: str, spec: SubsetSpec, *, key_of: Callable[[int], str] 
     )
 
 
-def build_out(root: Path, specs: list[SubsetSpec], *, shard_max_samples: int = 4) -> str:
+def build_out(
+    root: Path, specs: list[SubsetSpec], *, shard_max_samples: int = 4, sample_format: str = "crude"
+) -> str:
     """An output folder with manifests and published Energon datasets for ``specs``."""
     out = str(root)
     for spec in specs:
         write_manifests(out, spec)
         publish_subset(
-            OutputLayout(out), spec.name, shard_max_bytes=1_000_000_000, shard_max_samples=shard_max_samples
+            OutputLayout(out),
+            spec.name,
+            shard_max_bytes=1_000_000_000,
+            shard_max_samples=shard_max_samples,
+            sample_format=sample_format,
         )
     publish_metadataset(OutputLayout(out))
     return out

@@ -30,7 +30,11 @@ def get_tokenizer(cfg: RunConfig) -> TextTokenizer:
 
 
 def preset_for(cfg: RunConfig) -> ModelPreset:
-    return load_preset(cfg.tokens.model, cfg.tokens.model_dir)
+    """The run's model preset with ``--min-pixels`` as its ``min_pixels``: the processor's lower bound, which
+    the token count needs as much as the resize (an image kept in range may still round below it)."""
+    preset = load_preset(cfg.tokens.model, cfg.tokens.model_dir)
+    lo = cfg.tokens.min_pixels
+    return preset if lo is None else preset.model_copy(update={"min_pixels": lo})
 
 
 @dataclass

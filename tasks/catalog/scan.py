@@ -16,6 +16,7 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
+from ..parse.lines import strip_bom
 from ..publish.keys import sanitize_key
 from .duplicates import hash64, line_id, resolve_duplicates
 
@@ -38,7 +39,8 @@ def iter_lines(
     """(line number, line without its newline, byte offset of its start) in one streaming pass.
 
     Memory stays bounded by the chunk size plus the longest line. ``h`` (a hashlib object) is fed every
-    byte; ``size[0]`` ends as the number of bytes read.
+    byte; ``size[0]`` ends as the number of bytes read. Line 1 is yielded without a leading UTF-8 BOM, as
+    the parser reads it (its offset stays 0; the hash and the size count the BOM's bytes).
     """
     tail = b""
     tail_pos = 0
@@ -57,13 +59,13 @@ def iter_lines(
             start = tail_pos
             for raw in data[:cut].split(b"\n"):
                 line += 1
-                yield line, raw, start
+                yield line, strip_bom(raw, line), start
                 start += len(raw) + 1
             tail, tail_pos = data[cut + 1 :], tail_pos + cut + 1
     if size is not None:
         size[0] = read
     if tail:
-        yield line + 1, tail, tail_pos
+        yield line + 1, strip_bom(tail, line + 1), tail_pos
 
 
 def scan_subset_jsonl(

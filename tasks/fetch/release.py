@@ -1,7 +1,17 @@
 """The release's own media, and the one way the pipeline finds a reference on disk.
 
 A reference is looked up (first hit wins) in ``<subset>/<ref>``, ``<subset>/media/<ref>``, then among the
-members of the subset's ``media/shard_*.tar`` matched by normalised path. The subset folder and its tars may
+members of the subset's ``media/shard_*.tar``: by normalised path, else by the reference's file name alone
+when exactly one member has that name (NVIDIA's converter for this release, Bridge's
+``prepare_nemotron_image_v3.py``, resolves references the same way). A path or file name that two members
+answer to (in two tars, or twice in one tar) is never served: it is a miss whose text starts ``ambiguous:``
+and names the members. Not ``tar -x``'s last-wins: across tars "last" is only the order the tars happen to
+be listed in, and inside one tar an appended copy is as likely a packing accident as an update; a reject
+that names both lets a person decide, and it is the verdict NVIDIA's converter gives.
+
+Names match in Unicode NFC on both sides: a reference typed in NFC finds a file or member whose name is
+stored in NFD (macOS writes NFD) and the reverse; where two different names on disk normalise alike and
+neither is the exact reference, the miss is ``ambiguous:`` too. The subset folder and its tars may
 live on any fsspec filesystem (the catalog gives them as URLs; the release's ``storage_options`` come
 along). Tar members are read by offset, so a batch pulls only the members it references; tar headers are
 read with bounded memory (``SafeTarInfo``), and members are judged by the archive rule of :mod:`.members`
@@ -22,6 +32,7 @@ from __future__ import annotations
 import os
 import posixpath
 import tarfile
+import unicodedata
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -65,7 +76,7 @@ class ReleaseMedia:
         self.fs, self.subset_path = url_to_fs(subset_path, **dict(storage_options or {}))
         self.media_tars = media_tars
         self._jail = os.path.realpath(self.subset_path) if is_local(self.fs) else None
-        self._tar_index: dict[str, LocalLocation] | None = None
+        self._tar_index: TarIndex | None = None
         self._tar_errors: list[str] = []
 
     def locate(self, rel: str) -> tuple[str, LocalLocation] | None:
@@ -75,7 +86,7 @@ class ReleaseMedia:
             path = file_in(self.fs, folder, rel, jail=self._jail)
             if path is not None:
                 return place, LocalLocation(path if is_local(self.fs) else self.fs.unstrip_protocol(path))
-        member = self._tars().get(rel)
+        member = self._tars().find(rel)
         if member is None:
             return None
         return f"tar:{member.path.rsplit('/', 1)[-1]}", member
@@ -90,9 +101,9 @@ class ReleaseMedia:
         """The bytes at ``location`` (a file or a tar member of this release); ``what`` names a file."""
         return read_location(location, what, fs=self.fs)
 
-    def _tars(self) -> dict[str, LocalLocation]:
+    def _tars(self) -> TarIndex:
         if self._tar_index is None:
-            self._tar_index = {}
+            self._tar_index = TarIndex()
             for tar_path in self.media_tars:
                 try:
                     self._index_tar(tar_path, self._tar_index)
@@ -102,12 +113,59 @@ class ReleaseMedia:
                     self._tar_errors.append(f"{tar_path.rsplit('/', 1)[-1]}: {detail}")
         return self._tar_index
 
-    def _index_tar(self, tar_path: str, index: dict[str, LocalLocation]) -> None:
+    def _index_tar(self, tar_path: str, index: TarIndex) -> None:
         with self.fs.open(_path_of(self.fs, tar_path), "rb") as f, open_tar_stream(f, "r|") as tf:
             for m in tf:
                 if m.isdir() or tar_member_problem(m):
                     continue  # links, devices and members escaping their folder: never served
-                index.setdefault(normalize_member(m.name), LocalLocation(tar_path, m.offset_data, m.size))
+                index.add(m.name, LocalLocation(tar_path, m.offset_data, m.size))
+
+
+def nfc(name: str) -> str:
+    """The Unicode form names are matched in (ASCII names are returned as they are, cheaply)."""
+    return name if name.isascii() else unicodedata.normalize("NFC", name)
+
+
+_Member = tuple[str, LocalLocation]  # (member name as stored, where its bytes are)
+
+
+class TarIndex:
+    """The regular members of a subset's media tars, by NFC normalised path and by file name. A key two
+    members answer to is kept aside with both, so a lookup names them instead of choosing one."""
+
+    def __init__(self) -> None:
+        self._paths: dict[str, _Member] = {}
+        self._names: dict[str, _Member] = {}
+        self._clashes: dict[tuple[bool, str], list[_Member]] = {}
+
+    def add(self, member_name: str, location: LocalLocation) -> None:
+        path = nfc(normalize_member(member_name))
+        for by_name, table, key in ((False, self._paths, path), (True, self._names, path.rsplit("/", 1)[-1])):
+            first = table.setdefault(key, (member_name, location))
+            if first[1] != location:
+                self._clashes.setdefault((by_name, key), [first]).append((member_name, location))
+
+    def find(self, rel: str) -> LocalLocation | None:
+        """The member the normalised reference names: its path, else its file name alone. Raises
+        MissingMedia(``ambiguous: ...``) when that path or name belongs to more than one member."""
+        path = nfc(rel)
+        for by_name, table, key in ((False, self._paths, path), (True, self._names, path.rsplit("/", 1)[-1])):
+            clash = self._clashes.get((by_name, key))
+            if clash is not None:
+                raise MissingMedia(_ambiguous(rel, "file name" if by_name else "path", clash))
+            hit = table.get(key)
+            if hit is not None:
+                return hit[1]
+        return None
+
+
+def _ambiguous(rel: str, what: str, members: list[_Member]) -> str:
+    shown = ", ".join(f"{loc.path.rsplit('/', 1)[-1]}:{name}@{loc.offset}" for name, loc in members[:4])
+    more = f" and {len(members) - 4} more" if len(members) > 4 else ""
+    return (
+        f"ambiguous: {rel}: {len(members)} media tar members have this {what} ({shown}{more}); "
+        "use a unique relative path"
+    )
 
 
 class MediaResolver:
@@ -139,6 +197,8 @@ class MediaResolver:
         try:
             hit = self.release.locate(rel)
         except MissingMedia as exc:
+            if exc.failure != UNSAFE_MEMBER:
+                raise  # ambiguous: the text says so
             raise MissingMedia(f"unsafe reference ({exc})", exc.failure) from None
         if hit is None:
             raise self.release.not_found(media_roots=True)
@@ -150,9 +210,15 @@ def file_in(fs: AbstractFileSystem, folder: str, rel: str, *, jail: str | None =
     """The path of ``folder/rel`` when it is a file that stays inside ``folder``, else None. With ``jail``
     (a local real path), a file whose real path (symlinks resolved) leaves it raises
     MissingMedia(unsafe_member): the one symlink rule of the release."""
-    path = posixpath.normpath(f"{folder.rstrip('/')}/{rel}")
-    if not path.startswith(folder.rstrip("/") + "/") or not _isfile(fs, path):
+    base = folder.rstrip("/")
+    path = posixpath.normpath(f"{base}/{rel}")
+    if not path.startswith(base + "/"):
         return None
+    if not _isfile(fs, path):
+        twin = None if rel.isascii() else _unicode_twin(fs, base, path[len(base) + 1 :])
+        if twin is None:
+            return None
+        path = twin
     if jail is not None:
         real = os.path.realpath(path)
         if real != jail and not real.startswith(jail.rstrip("/") + "/"):
@@ -185,6 +251,38 @@ def read_location(location: LocalLocation, what: str, *, fs: AbstractFileSystem 
     if location.size is not None and len(data) != location.size:
         raise MissingMedia(f"tar member truncated in {what}", TRUNCATED)
     return data
+
+
+def _unicode_twin(fs: AbstractFileSystem, base: str, sub: str) -> str | None:
+    """The file under ``base`` whose path equals ``sub`` in NFC, component by component (a folder listing
+    only where the exact name is absent), or None. Two names alike in NFC, neither exact: MissingMedia."""
+    here = base
+    for part in sub.split("/"):
+        exact = f"{here}/{part}"
+        if _exists(fs, exact):
+            here = exact
+            continue
+        try:
+            names = sorted(str(p).rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(here, detail=False))
+        except (OSError, ValueError):
+            return None
+        alike = [n for n in names if nfc(n) == nfc(part)]
+        if len(alike) > 1:
+            raise MissingMedia(
+                f"ambiguous: {sub}: {len(alike)} names in {here.rsplit('/', 1)[-1] or here} match it in "
+                f"Unicode NFC ({', '.join(ascii(n) for n in alike)})"
+            )
+        if not alike:
+            return None
+        here = f"{here}/{alike[0]}"
+    return here if _isfile(fs, here) else None
+
+
+def _exists(fs: AbstractFileSystem, path: str) -> bool:
+    try:
+        return bool(fs.exists(path))
+    except (OSError, ValueError):
+        return False
 
 
 def _os_error_text(exc: OSError) -> str:

@@ -80,7 +80,8 @@ def run_gate(
     ``samples``/``media`` are Arrow tables or :class:`~.profiles.ManifestParts`. ``rows`` is the catalog's
     line count. ``token_factor`` (pixels per visual token side, when the model family resizes to a grid)
     enables the after-resize pixel checks. Parameters that are None mean no limit; ``overrides`` adjust
-    them for this subset. ``suites`` picks some of ``samples``, ``media`` and ``drift`` (default: all).
+    them for this subset (and may switch single expectations off or to warnings). ``suites`` picks some
+    of ``samples``, ``media`` and ``drift`` (default: all).
     """
     _check_suite_names(suites)
     t0 = time.perf_counter()
@@ -95,14 +96,15 @@ def run_gate(
         overrides=overrides,
     ) | {"rows": rows, "factor_squared": token_factor**2 if token_factor else None}
     result = GateResult(subset=subset, passed=True, params=params, stage="gate")
+    modes = overrides.expectations_for(subset) if overrides is not None else {}
     with open_views({"samples": samples, "media": media}) as con:
         sprof = samples_profile(con)
         if "samples" in suites:
-            run_suite(result, "samples", sprof, params, con)
+            run_suite(result, "samples", sprof, params, con, modes)
         if "media" in suites:
-            run_suite(result, "media", media_profile(con, params["factor_squared"]), params, con)
+            run_suite(result, "media", media_profile(con, params["factor_squared"]), params, con, modes)
     if "drift" in suites:
-        run_suite(result, "drift", drift_profile(sprof, baseline), params, None)
+        run_suite(result, "drift", drift_profile(sprof, baseline), params, None, modes)
     result.seconds = time.perf_counter() - t0
     return result
 

@@ -5,11 +5,17 @@ preset < ``expectations/overrides.json`` (shipped, empty) < the user's file of t
 (``--gate-overrides PATH``). Within a file, shell patterns apply first (in file order), then the exact
 subset name. A bad override file is a :class:`ConfigError` naming the file and the key, raised before any
 work starts.
+
+A subset's entry may also hold ``"expectations": {"<suite>.<name>": "off" | "warn"}`` (``meta.name`` in the
+suite's JSON, suites ``samples``, ``media`` and ``drift``): ``off`` does not run that expectation for the
+subset, ``warn`` runs it and reports a failure as a warning that does not hold the subset back. Merged in
+the same order as the parameters.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -18,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .suites import expectations_text
+from .suites import GATE_SUITES, expectations_text, load_suite
 
 Param = float | int | None
 
@@ -42,6 +48,9 @@ COMPUTED_PARAMS = ("rows", "ok_samples", "factor_squared")
 UNBOUNDED = 2**62
 _NONE_AS = {"min_pixels": 0, "min_media_bytes": 0}
 SHIPPED_OVERRIDES = "expectations/overrides.json"
+# The key of a subset's entry that relaxes single expectations, and what it may set them to.
+EXPECTATIONS_KEY = "expectations"
+EXPECTATION_MODES = ("off", "warn")
 
 
 def _is_pattern(key: str) -> bool:
@@ -52,18 +61,26 @@ def _is_pattern(key: str) -> bool:
 class GateOverrides:
     """Per-subset parameter overrides, in the order they apply (shipped file first, then the user's)."""
 
-    entries: tuple[tuple[str, Mapping[str, Param]], ...] = ()
+    entries: tuple[tuple[str, Mapping[str, Any]], ...] = ()
     files: tuple[str, ...] = ()
 
+    def _matching(self, subset: str) -> list[Mapping[str, Any]]:
+        """The entries that apply to ``subset``: matching patterns first (in order), then exact names."""
+        patterns = [v for k, v in self.entries if _is_pattern(k) and fnmatch.fnmatchcase(subset, k)]
+        return patterns + [v for k, v in self.entries if not _is_pattern(k) and k == subset]
+
     def for_subset(self, subset: str) -> dict[str, Param]:
-        """Merged overrides of ``subset``: matching patterns first (in order), then exact names."""
+        """Merged parameter overrides of ``subset``."""
         out: dict[str, Param] = {}
-        for key, values in self.entries:
-            if _is_pattern(key) and fnmatch.fnmatchcase(subset, key):
-                out.update(values)
-        for key, values in self.entries:
-            if not _is_pattern(key) and key == subset:
-                out.update(values)
+        for values in self._matching(subset):
+            out.update({k: v for k, v in values.items() if k != EXPECTATIONS_KEY})
+        return out
+
+    def expectations_for(self, subset: str) -> dict[str, str]:
+        """Merged expectation modes of ``subset``: ``"<suite>.<name>"`` -> ``off`` or ``warn``."""
+        out: dict[str, str] = {}
+        for values in self._matching(subset):
+            out.update(values.get(EXPECTATIONS_KEY) or {})
         return out
 
 
@@ -91,16 +108,17 @@ def _read_user_file(path: str | Path) -> Any:
         ) from None
 
 
-def _parse_overrides(data: Any, where: str) -> list[tuple[str, dict[str, Param]]]:
+def _parse_overrides(data: Any, where: str) -> list[tuple[str, dict[str, Any]]]:
     """An override file's ``subsets`` entries, every parameter checked (ConfigError at the first bad one)."""
-    entries: list[tuple[str, dict[str, Param]]] = []
+    entries: list[tuple[str, dict[str, Any]]] = []
     for name, values in _subsets_of(data, where).items():
         if not isinstance(values, dict):
             raise ConfigError(
                 f"{where}: subsets.{name}: expected an object of parameter -> number, got {values!r}"
             )
         for param, value in values.items():
-            problem = _param_problem(param, value)
+            check = _modes_problem if param == EXPECTATIONS_KEY else functools.partial(_param_problem, param)
+            problem = check(value)
             if problem:
                 raise ConfigError(f"{where}: subsets.{name}.{param}: {problem}")
         entries.append((str(name), dict(values)))
@@ -126,12 +144,32 @@ def _subsets_of(data: Any, where: str) -> dict[str, Any]:
     return subsets
 
 
+def expectation_names() -> tuple[str, ...]:
+    """Every ``"<suite>.<name>"`` a gate-overrides file may switch off or to a warning."""
+    return tuple(
+        f"{suite}.{exp['meta']['name']}" for suite in GATE_SUITES for exp in load_suite(suite)["expectations"]
+    )
+
+
+def _modes_problem(value: Any) -> str | None:
+    """What is wrong with an ``expectations`` object, or None when every entry is valid."""
+    if not isinstance(value, dict):
+        return f'expected an object of "<suite>.<name>" -> {" | ".join(EXPECTATION_MODES)}, got {value!r}'
+    known = expectation_names()
+    for name, mode in value.items():
+        if name not in known:
+            return f"{name}: unknown expectation; known: {', '.join(known)}"
+        if mode not in EXPECTATION_MODES:
+            return f"{name}: expected one of {', '.join(EXPECTATION_MODES)}, got {mode!r}"
+    return None
+
+
 def _param_problem(param: str, value: Any) -> str | None:
     """What is wrong with overriding ``param`` by ``value``, or None when it is a valid override."""
     if param in COMPUTED_PARAMS:
         return "is computed by the gate and cannot be overridden"
     if param not in DEFAULT_PARAMS:
-        return f"unknown parameter; overridable: {', '.join(OVERRIDABLE)}"
+        return f"unknown parameter; overridable: {', '.join(OVERRIDABLE)} (and {EXPECTATIONS_KEY})"
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):

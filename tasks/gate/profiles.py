@@ -4,7 +4,9 @@ Great Expectations' pandas engine needs minutes for millions of rows (it hashes 
 once per metric and checks some types value by value), so the gate does not hand it the manifest. DuckDB
 scans every row once and aggregates it into the subset's *profile*, a handful of rows (one per status value
 for ``samples``; per kind, status and owning sample's status for ``media``; per shard for ``shards``) whose
-columns are the facts the expectations bound: counts of violating rows, minima, maxima, shares. A
+columns are the facts the expectations bound: counts of violating rows, minima, maxima, shares. The
+``media`` profile keeps the owning sample's status, so bounds on what is published judge only the media of
+ok samples. A
 row-level violation anywhere shows up in the profile, so a suite passes exactly when the row-level check
 would. A new bound is a new profile column here and an expectation in the suite's JSON.
 
@@ -99,13 +101,15 @@ def query_frame(
 SAMPLES_PROFILE = """
 WITH dup_lines AS (
     SELECT line FROM samples WHERE line IS NOT NULL GROUP BY line HAVING count(*) > 1
-), dup_ids AS (
-    SELECT status, sample_id FROM samples WHERE sample_id IS NOT NULL GROUP BY ALL HAVING count(*) > 1
+), dup_ids AS (  -- the parser's rule: a recorded id conflict (id_conflict_of) keeps its own key
+    SELECT status, sample_id FROM samples WHERE sample_id IS NOT NULL AND id_conflict_of IS NULL
+    GROUP BY ALL HAVING count(*) > 1
 ), dup_keys AS (
     SELECT status, key FROM samples WHERE key IS NOT NULL GROUP BY ALL HAVING count(*) > 1
 ), ids AS (
     SELECT s.status, count(*) AS n FROM samples s
     SEMI JOIN dup_ids d ON d.status IS NOT DISTINCT FROM s.status AND d.sample_id = s.sample_id
+    WHERE s.id_conflict_of IS NULL
     GROUP BY s.status
 ), keys AS (
     SELECT s.status, count(*) AS n FROM samples s

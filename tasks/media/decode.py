@@ -2,7 +2,8 @@
 
 Opening reads the header only, so a decompression bomb is refused before any pixel is decoded; decoding
 (``load``) is the verification. Both map Pillow's many exception types onto the manifest's codes:
-``not_an_image``, ``truncated``, ``decode_error``, ``decompression_bomb``, ``too_small``.
+``not_an_image``, ``unsupported_format``, ``truncated``, ``decode_error``, ``decompression_bomb``,
+``too_small``.
 
 Pillow also has its own process-wide bomb ceiling (twice ``Image.MAX_IMAGE_PIXELS``, ~179 MP by default).
 When the caller allows more, an image between the two raises :class:`RetryRelaxed`, and the caller runs again
@@ -16,44 +17,19 @@ import io
 import re
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 
 from PIL import Image, UnidentifiedImageError
 
+from .formats import ACCEPTED_IMAGE_FORMATS, NEEDS_PLUGIN, openable, other_pillow_format
 from .rejects import Reject, short_detail
 from .sniff import image_header_dims, image_magic
 
 __all__ = ["RetryRelaxed", "classify_decode_error", "full_decode", "open_header", "pillow_limit_lifted"]
 
-# Formats Pillow may open. EPS (runs Ghostscript), font/animation oddities and write-only formats are left
-# out on purpose: untrusted bytes should only reach well-exercised raster decoders.
-_OPEN_FORMATS: tuple[str, ...] = (
-    "JPEG",
-    "MPO",
-    "PNG",
-    "WEBP",
-    "GIF",
-    "BMP",
-    "DIB",
-    "TIFF",
-    "ICO",
-    "TGA",
-    "QOI",
-    "PPM",
-    "AVIF",
-    "JPEG2000",
-    "SGI",
-    "PCX",
-    "ICNS",
-    "DDS",
-    "PSD",
-)
-Image.init()
-_OPEN_FORMATS = tuple(f for f in _OPEN_FORMATS if f in Image.OPEN)  # MPO is reached through JPEG's factory
 _TRUNCATION_MARKERS = (
     "truncated",
-    "broken data stream",
     "unexpected end",
     "premature end",
     "end of file",
@@ -80,10 +56,17 @@ def classify_decode_error(exc: BaseException) -> Reject:
     return Reject("decode_error", short_detail(exc))
 
 
-def _unidentified(data: bytes, exc: UnidentifiedImageError) -> Reject:
-    """Pillow cannot identify the bytes: not an image at all, an empty one, or a damaged/unsupported one."""
+def _unidentified(data: bytes, accepted: Collection[str]) -> Reject:
+    """None of the accepted formats takes the bytes: a format vlmforge does not accept (or one whose Pillow
+    plugin is not installed), not an image at all, an empty one, or a damaged one."""
     magic = image_magic(data)
+    plugin_format = NEEDS_PLUGIN.get(magic or "")
+    if plugin_format is not None and plugin_format not in openable(accepted):
+        return Reject("unsupported_format", f"{plugin_format} (no Pillow plugin for it is installed)")
     if magic is None:
+        other = other_pillow_format(data, accepted)
+        if other is not None:
+            return Reject("unsupported_format", other)
         return Reject("not_an_image", short_detail(f"unrecognised content, starts with {data[:16]!r}"))
     dims = image_header_dims(magic, data)
     if dims is not None and min(dims) == 0:
@@ -91,15 +74,17 @@ def _unidentified(data: bytes, exc: UnidentifiedImageError) -> Reject:
     return Reject("decode_error", short_detail(f"{magic} signature but unreadable/unsupported"))
 
 
-def open_header(data: bytes, max_image_pixels: int, relaxed: bool) -> Image.Image:
-    """``Image.open`` (header only) restricted to the well-exercised raster formats; failures are rejects.
+def open_header(
+    data: bytes, max_image_pixels: int, relaxed: bool, accepted: Collection[str] = ACCEPTED_IMAGE_FORMATS
+) -> Image.Image:
+    """``Image.open`` (header only) restricted to the ``accepted`` formats; failures are rejects.
 
     A bomb refused by Pillow's ceiling but within ``max_image_pixels`` raises :class:`RetryRelaxed` (when not
     already ``relaxed``)."""
     try:
-        return Image.open(io.BytesIO(data), formats=_OPEN_FORMATS)
+        return Image.open(io.BytesIO(data), formats=openable(accepted))
     except UnidentifiedImageError as exc:
-        raise _unidentified(data, exc) from exc
+        raise _unidentified(data, accepted) from exc
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         match = _BOMB_PIXELS.search(str(exc))
         if not relaxed and match is not None and int(match.group(1)) <= max_image_pixels:

@@ -8,18 +8,19 @@ of the steps; each step's rules live in its own module:
    decoded; the displayed size is the size after EXIF orientation (``orient``);
 2. ask the model's geometry (``target_size``: the aspect-ratio limit) before paying for a decode, and decide
    whether the original can be kept byte-identical (``keep``);
-3. verify the encoded data in full: kept PNGs have all their compressed data inflated and every row's filter
-   byte checked (``png``); big PNGs are decoded and resized in strips (``big_png``); JPEGs are decoded with
-   DCT scaling (kept ones at 1/8: every entropy-coded block is still decoded, so truncation and corrupt data
-   are found as at full scale); everything else is decoded whole;
+3. verify the encoded data in full: kept originals are decoded as the trainer decodes them
+   (``trainer_decode``: Pillow's full ``load()`` of the bytes written), but kept JPEGs, which are decoded
+   with DCT scaling at 1/8 (every entropy-coded block is still decoded; a test shows the verdict equals a
+   full decode's); big PNGs are decoded and resized in strips (``big_png``); JPEGs that are downsized anyway
+   are decoded with DCT scaling near the target; everything else is decoded whole;
 4. keep the original (bytes after its end marker cut off), or normalise once (``colour``), resize with
    bicubic to exactly the model's size (``resize``) and encode deterministically (``encode``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from PIL import Image
@@ -28,11 +29,13 @@ from .big_png import goes_in_strips, process_big_png
 from .colour import apply_icc, normalise_mode
 from .decode import RetryRelaxed, classify_decode_error, full_decode, open_header, pillow_limit_lifted
 from .encode import FMT_TO_EXT, EncodeFormat, ImageFormat, OutExt, choose_output, encode, is_lossless_webp
+from .formats import ACCEPTED_IMAGE_FORMATS
 from .keep import KEEPABLE, can_keep, kept_bytes
-from .orient import ORIENT_OPS, displayed_size, exif_orientation, image_orientation
-from .png import PngLayout, png_layout, verify_png_stream
+from .orient import ORIENT_OPS, displayed_size, pending_orientation
+from .png import PngLayout, metadata_png, png_layout
 from .rejects import Reject, media_reason, short_detail
 from .resize import RESAMPLE, Resample, resize
+from .trainer_decode import frame_count, image_problem
 
 __all__ = ["IMAGE_REASONS", "ImageResult", "process_image"]
 
@@ -42,6 +45,7 @@ IMAGE_REASONS: frozenset[str] = frozenset(
     for code in (
         "zero_size",
         "not_an_image",
+        "unsupported_format",
         "decompression_bomb",
         "truncated",
         "decode_error",
@@ -57,7 +61,8 @@ class ImageResult:
 
     ``width``/``height`` are the displayed size (after EXIF orientation; 0 when the header was unreadable);
     ``out_width``/``out_height`` the size of ``out_bytes`` (0 for rejects). ``out_ext``/``out_bytes`` are
-    None for rejects.
+    None for rejects. ``n_frames`` is the number of frames or pages of an accepted image (animated GIF,
+    WebP, APNG, multi-page TIFF, MPO): only the first is used, as the trainer's ``Image.open`` gives it.
     """
 
     status: Literal["ok", "rejected"]
@@ -73,6 +78,7 @@ class ImageResult:
     kept_original: bool = False
     notes: tuple[str, ...] = ()
     detail: str | None = None
+    n_frames: int = 1
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,7 @@ class _Request:
     image_format: ImageFormat
     jpeg_quality: int
     resample: Resample
+    accepted_formats: Collection[str]
 
 
 @dataclass
@@ -137,6 +144,7 @@ def process_image(
     min_pixels: int = 0,
     min_side: int = 1,
     resample: Resample = "bicubic",
+    accepted_formats: Collection[str] = ACCEPTED_IMAGE_FORMATS,
 ) -> ImageResult:
     """Verify one image by a full decode and return it ready for a shard.
 
@@ -147,7 +155,8 @@ def process_image(
     when outside that range, resized once to exactly ``target_size(h, w)`` (so pass the model's min pixels as
     ``min_pixels`` to have small images upscaled here rather than at training time). Headers claiming more
     than ``max_image_pixels`` are refused as ``decompression_bomb`` before any pixel is decoded; a displayed
-    side shorter than ``min_side`` is ``too_small``. Never raises for bad input.
+    side shorter than ``min_side`` is ``too_small``. Only ``accepted_formats`` (Pillow format names) are
+    opened; another format Pillow knows is ``unsupported_format: <FORMAT>``. Never raises for bad input.
 
     The resize filter defaults to ``bicubic``: what Qwen's processors use (transformers
     ``Qwen2VLImageProcessor`` resample, qwen-vl-utils ``Image.resize``), so a full-resolution decode gives
@@ -156,7 +165,15 @@ def process_image(
     if not data:
         return _Seen().rejected("zero_size", "empty payload")
     request = _Request(
-        target_size, max_pixels, min_pixels, min_side, max_image_pixels, image_format, jpeg_quality, resample
+        target_size,
+        max_pixels,
+        min_pixels,
+        min_side,
+        max_image_pixels,
+        image_format,
+        jpeg_quality,
+        resample,
+        tuple(accepted_formats),
     )
     try:
         return _process_image(data, request, relaxed=False)
@@ -173,9 +190,9 @@ def process_image(
 def _process_image(data: bytes, request: _Request, *, relaxed: bool) -> ImageResult:
     seen = _Seen()
     try:
-        with open_header(data, request.max_image_pixels, relaxed) as img:
+        with open_header(data, request.max_image_pixels, relaxed, request.accepted_formats) as img:
             plan = _plan(data, img, request, seen, relaxed)
-            return _output(data, img, plan, request, relaxed)
+            result = _output(data, img, plan, request, relaxed)
     except RetryRelaxed:
         raise
     except Reject as rej:
@@ -183,6 +200,8 @@ def _process_image(data: bytes, request: _Request, *, relaxed: bool) -> ImageRes
     except Exception as exc:  # any other decoder/plugin failure: never crash the caller
         classified = classify_decode_error(exc)
         return seen.rejected(classified.reason, classified.detail)
+    n_frames = frame_count(data, request.accepted_formats)
+    return replace(result, n_frames=n_frames) if n_frames != 1 else result
 
 
 # ---- steps 1 and 2: header, orientation, model geometry ---------------------------------------------------
@@ -197,7 +216,7 @@ def _plan(data: bytes, img: Image.Image, request: _Request, seen: _Seen, relaxed
     decoded = img.format == "PNG" and layout is None
     if decoded:  # unusual PNG: Pillow decodes it whole, once
         full_decode(img, relaxed)
-    orientation = exif_orientation(layout.exif) if layout is not None else image_orientation(img)
+    orientation = pending_orientation(img, metadata_png(layout) if layout is not None else None)
     displayed = seen.size = displayed_size(stored, orientation)
     _check_min_side(displayed, request.min_side)
     target = _model_size(request.target_size, displayed)
@@ -247,14 +266,11 @@ def _model_size(
 
 def _output(data: bytes, img: Image.Image, plan: _Plan, request: _Request, relaxed: bool) -> ImageResult:
     layout = plan.layout
-    if layout is not None and plan.keep and not layout.interlaced:
-        verify_png_stream(data, layout)
-        return _kept(data, plan)
+    if plan.keep:
+        return _kept(data, img, plan, relaxed)
     if layout is not None and goes_in_strips(layout, plan.needs_resize):
         return _strip_resized(data, img, layout, plan, request)
     notes = _verify_decode(img, plan, relaxed)
-    if plan.keep:
-        return _kept(data, plan)
     return _reencoded(data, img, plan, request, notes)
 
 
@@ -318,9 +334,21 @@ def _strip_resized(
     return _encoded(out, out_fmt, request.jpeg_quality, False, plan, notes)
 
 
-def _kept(data: bytes, plan: _Plan) -> ImageResult:
-    """The original bytes as output; anything after the image's end marker is cut off (and noted)."""
+#: Kept formats verified by a cheaper decode than the trainer's, shown by a test to give its verdict on
+#: truncated and damaged files (JPEG: DCT scaling at 1/8 still entropy-decodes every block).
+_DRAFT_VERIFIED = frozenset({"JPEG", "MPO"})
+
+
+def _kept(data: bytes, img: Image.Image, plan: _Plan, relaxed: bool) -> ImageResult:
+    """The original bytes as output, verified once; anything after the image's end marker is cut off (and
+    noted). The bytes written are decoded as the trainer decodes them (but JPEGs, see ``_DRAFT_VERIFIED``)."""
     out, notes = kept_bytes(plan.src_format, data)
+    if plan.src_format in _DRAFT_VERIFIED:
+        _verify_decode(img, plan, relaxed)
+    else:
+        problem = image_problem(out)
+        if problem is not None:
+            raise problem
     width, height = plan.displayed
     return ImageResult(
         "ok",

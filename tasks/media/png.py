@@ -1,15 +1,16 @@
-"""PNG at the chunk level: verifying kept PNGs without decoding them, and decoding big ones in strips.
+"""PNG at the chunk level: where a PNG ends, its metadata, and decoding big ones in strips.
 
-Pillow decodes a PNG whole, into memory, and stops after the last row. Two jobs need more:
+Pillow decodes a PNG whole, into memory, and stops after the last row. Here:
 
-- a PNG kept byte-identical is verified by inflating all of its compressed data (checksum included) and
-  checking every row's filter byte (:func:`verify_png_stream`): what a full decode finds, plus damage past
-  the last row, at about a third of its cost;
+- :func:`png_end` finds the end of the image stream (bytes after IEND are cut off a kept original);
+- :func:`metadata_png` gathers the chunks that can carry an orientation, wherever they lie, so the
+  orientation is known before any pixel is decoded;
 - a big 8-bit non-interlaced PNG is decoded strip by strip (:func:`png_strips`), so a 10,000 x 30,000
   infographic never exists in memory at full resolution.
 
-Both start from one walk over the chunks (:func:`png_layout`), which also finds the eXIf chunk wherever it
-is (Pillow's ``getexif()`` would decode the whole image to reach one after IDAT).
+All start from one walk over the chunks (:func:`png_layout`). A kept PNG is verified by Pillow's own full
+decode (:mod:`.trainer_decode`): a chunk-level check misses what ``load()`` refuses after the image data
+(a truncated text chunk, say).
 """
 
 from __future__ import annotations
@@ -20,17 +21,24 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import cast
 
-import numpy as np
 from PIL import Image
 from zlib_ng import zlib_ng as zlib  # the system zlib inflates and checksums PNG data 2.5x slower
 
 from .rejects import Reject, short_detail
 
-__all__ = ["STRIP_BYTES", "PngLayout", "png_end", "png_layout", "png_strips", "verify_png_stream"]
+__all__ = [
+    "STRIP_BYTES",
+    "PngLayout",
+    "metadata_png",
+    "png_end",
+    "png_layout",
+    "png_strips",
+]
 
 #: Raw (filtered) bytes of one strip; also the slack inflated past the rows to reach the checksum.
 STRIP_BYTES = 4 << 20
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
+_METADATA_CHUNKS = frozenset({b"eXIf", b"tEXt", b"zTXt", b"iTXt"})
 #: zlib-ng's error class (its stub types it as an instance).
 _INFLATE_ERROR = cast("type[Exception]", zlib.error)
 
@@ -72,6 +80,10 @@ class PngLayout:
     idat: tuple[tuple[int, int], ...]  # (offset, length) of every IDAT payload, in order
     ancillary: bytes  # PLTE and tRNS chunks, verbatim (copied into every strip)
     exif: bytes | None
+    #: IHDR's payload and the chunks that can carry an orientation (eXIf, tEXt, zTXt, iTXt), wherever they
+    #: are, as (type, payload) in file order: see :func:`metadata_png`
+    ihdr: bytes = b""
+    metadata: tuple[tuple[bytes, bytes], ...] = ()
 
     @property
     def row_bytes(self) -> int:
@@ -100,49 +112,22 @@ def png_layout(data: bytes) -> PngLayout | None:
     )
     exif = next((bytes(data[o : o + n]) for kind, o, n in chunks if kind == b"eXIf"), None)
     idat = tuple((o, n) for kind, o, n in chunks if kind == b"IDAT")
-    return PngLayout(width, height, depth, color_type, interlace != 0, idat, ancillary, exif)
+    metadata = tuple((kind, bytes(data[o : o + n])) for kind, o, n in chunks if kind in _METADATA_CHUNKS)
+    ihdr = bytes(data[off : off + 13])
+    return PngLayout(width, height, depth, color_type, interlace != 0, idat, ancillary, exif, ihdr, metadata)
+
+
+def metadata_png(layout: PngLayout) -> bytes:
+    """A pixel-less PNG holding the IHDR and every metadata chunk of the original, in order, with fresh
+    checksums (Pillow does not check them after the image data either). Opening it gives Pillow's own view
+    of the metadata a full ``load()`` of the original would collect (eXIf, XMP in iTXt, ImageMagick's
+    ``Raw profile type exif``), without decoding a pixel."""
+    body = b"".join(_png_chunk(kind, payload) for kind, payload in layout.metadata)
+    return b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", layout.ihdr) + body + _png_chunk(b"IEND", b"")
 
 
 def _bad_data(exc: Exception) -> Reject:
     return Reject("decode_error", short_detail(f"PNG data: {exc}"))
-
-
-def _check_filters(out: bytes, pos: int, need: int, stride: int) -> None:
-    """Reject when a row starting in ``out`` (inflated bytes from offset ``pos``) has a filter type over 4."""
-    rows = np.frombuffer(out, np.uint8, count=min(len(out), need - pos))
-    filters = rows[(-pos) % stride :: stride]
-    if filters.size and int(filters.max()) > 4:
-        row = (pos + (-pos) % stride + int(np.argmax(filters > 4)) * stride) // stride
-        raise Reject("decode_error", f"PNG row {row} has filter type {int(filters.max())}")
-
-
-def verify_png_stream(data: bytes, layout: PngLayout) -> None:
-    """Verify a non-interlaced PNG's pixel data without reconstructing pixels: the whole zlib stream is
-    inflated (Huffman codes, back-references, block lengths, and the Adler-32 checksum when the stream has
-    one) and every row's filter type is checked. Row unfiltering is arithmetic that cannot fail, so this finds
-    what a full decode finds (truncation, corrupt data, bad filter bytes) at about a third of its cost, plus
-    damage a full decode misses: Pillow stops after the last row and never reads the checksum."""
-    stride = 1 + layout.row_bytes
-    need = layout.height * stride
-    inflater = zlib.decompressobj()
-    pos = 0
-    try:
-        for offset, length in layout.idat:
-            buf: bytes | memoryview = memoryview(data)[offset : offset + length]
-            # Data past the rows (plus a strip of slack to reach the checksum) is not inflated: a small IDAT
-            # can inflate to gigabytes of extra bytes, which decoders ignore anyway.
-            while buf and not inflater.eof and pos <= need + STRIP_BYTES:
-                out = inflater.decompress(buf, STRIP_BYTES)
-                buf = inflater.unconsumed_tail
-                if out and pos < need:
-                    _check_filters(out, pos, need, stride)
-                pos += len(out)
-            if inflater.eof or pos > need + STRIP_BYTES:
-                break
-    except _INFLATE_ERROR as exc:
-        raise _bad_data(exc) from exc
-    if pos < need:
-        raise Reject("truncated", f"PNG data ends after {pos // stride} of {layout.height} rows")
 
 
 def _png_chunk(kind: bytes, body: bytes) -> bytes:

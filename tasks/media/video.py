@@ -15,6 +15,7 @@ methods of :class:`_Probe`, in the order :meth:`_Probe.run` calls them.
 from __future__ import annotations
 
 import contextlib
+import io
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,10 +23,11 @@ from fractions import Fraction
 from typing import IO, Any, Literal
 
 from .deadline import DeadlineReader, VideoTimeout
+from .formats import ACCEPTED_VIDEO_CONTAINERS, IMAGE_CONTAINERS
 from .rejects import Reject, media_reason, short_detail
 from .sniff import looks_like_video
 
-__all__ = ["VIDEO_REASONS", "SampledFrame", "VideoResult", "probe_video"]
+__all__ = ["VIDEO_REASONS", "SampledFrame", "VideoResult", "display_rotation", "probe_video"]
 
 #: The reasons a video can be rejected with (codes of ``schemas/reasons.py``).
 VIDEO_REASONS: frozenset[str] = frozenset(
@@ -33,6 +35,7 @@ VIDEO_REASONS: frozenset[str] = frozenset(
     for code in (
         "zero_size",
         "not_a_video",
+        "unsupported_format",
         "no_video_stream",
         "decompression_bomb",
         "video_decode_error",
@@ -121,6 +124,25 @@ def _rotation_from_tag(stream: Any) -> int:
         return int(round(float(rotate_tag) / 90.0)) * 90 % 360
     except ValueError:
         return 0
+
+
+def display_rotation(source: IO[bytes] | bytes) -> int:
+    """Clockwise degrees (0/90/180/270) to turn a video's frames to display them, as :func:`probe_video`
+    reads it: the stream's ``rotate`` tag, else the first frame's display matrix. For decoders that hand
+    over frames at coded size (PyAV, Energon's ``AVDecoder``, decord)."""
+    import av
+
+    src = io.BytesIO(bytes(source)) if isinstance(source, bytes | bytearray | memoryview) else source
+    with av.open(src, mode="r", metadata_errors="ignore") as container:
+        if not container.streams.video:
+            return 0
+        stream = container.streams.video[0]
+        rotation = _rotation_from_tag(stream)
+        if rotation:
+            return rotation
+        for frame in container.decode(stream):
+            return _rotation_from_degrees(float(getattr(frame, "rotation", 0) or 0))
+    return 0
 
 
 def _is_timeout(exc: BaseException) -> bool:
@@ -214,13 +236,18 @@ class _Probe:
             raise Reject(code, short_detail(exc)) from exc
 
     def _video_stream(self) -> Any:
-        """The first video stream; still images and animated graphics libav opens are not videos here."""
+        """The first video stream; still images and animated graphics libav opens are not videos here, and
+        a container that is not one of :data:`ACCEPTED_VIDEO_CONTAINERS` (Flash, raw streams, ...) is
+        ``unsupported_format``."""
         container = self.container
         fmt_name = container.format.name or ""
-        if fmt_name == "image2" or fmt_name.endswith("_pipe") or fmt_name in ("gif", "webp", "apng"):
+        if fmt_name in IMAGE_CONTAINERS or fmt_name.endswith("_pipe"):
             raise Reject("not_a_video", f"container format {fmt_name!r} is an image format")
         if not container.streams.video:
             raise Reject("no_video_stream", f"streams: {[s.type for s in container.streams]}")
+        if fmt_name not in ACCEPTED_VIDEO_CONTAINERS:
+            long_name = container.format.long_name or fmt_name
+            raise Reject("unsupported_format", f"{fmt_name}: {long_name} is not an accepted video container")
         stream = container.streams.video[0]
         if stream.codec_context is None:
             raise Reject("video_decode_error", "no decoder for the video stream's codec")

@@ -1,13 +1,24 @@
 """DuckDB over the manifests: one view per table, named after it (``samples``, ``media``, ``subsets``,
-``shards``), so a question about a run is one SQL statement."""
+``shards``), so a question about a run is one SQL statement; and the result written as CSV or JSON.
+
+Manifests hold list and struct columns (``media.frame_indices``, ...): every output format writes them, as
+JSON text in a CSV cell or a table cell, as JSON values in JSON. A failing query is an :class:`OutputError`
+of one line (DuckDB's own words, without its multi-line context).
+"""
 
 from __future__ import annotations
 
+import io
+import json
+from collections.abc import Callable
+from typing import Any
+
 import duckdb
 import pyarrow as pa
+import pyarrow.csv as pacsv
 
 from ...schemas.manifests import TABLES
-from ..errors import OutputError
+from ..errors import ConfigError, OutputError
 from ..manifests import OutputLayout
 from ..storage import is_local
 
@@ -36,12 +47,99 @@ def connect(out: str) -> duckdb.DuckDBPyConnection:
 
 
 def run_query(out: str, sql: str) -> pa.Table:
-    """Run ``sql`` over the manifests of ``out``; DuckDB's own error text reaches the user unchanged."""
+    """Run ``sql`` over the manifests of ``out``; a failure is one line in DuckDB's own words."""
     con = connect(out)
     try:
         table: pa.Table = con.sql(sql).to_arrow_table()
         return table
-    except duckdb.Error as exc:
-        raise OutputError(f"query failed: {exc}") from exc
+    except (duckdb.Error, pa.ArrowException) as exc:
+        raise OutputError(f"query failed: {one_line(exc)}") from exc
     finally:
         con.close()
+
+
+def one_line(exc: BaseException) -> str:
+    """An error's first line (DuckDB appends the query with a caret on following lines)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+# --------------------------------------------------------------------------------------------------------
+# Output formats
+
+
+def _binary(t: pa.DataType) -> bool:
+    return bool(pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t))
+
+
+def _nested(t: pa.DataType) -> bool:
+    """A column CSV cannot hold as it is (lists, structs, maps, unions; binary, written as hex)."""
+    return bool(
+        pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+        or pa.types.is_fixed_size_list(t)
+        or pa.types.is_struct(t)
+        or pa.types.is_map(t)
+        or pa.types.is_union(t)
+        or _binary(t)
+    )
+
+
+def _hex(value: bytes) -> str:
+    return value.hex()
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_value(v) for v in value]
+    return value
+
+
+def to_json_text(value: Any) -> str:
+    """One cell as JSON text (lists, structs and maps as JSON; bytes as hex; other values by ``str``)."""
+    return json.dumps(_json_value(value), default=str, ensure_ascii=False)
+
+
+def flat_columns(table: pa.Table) -> pa.Table:
+    """``table`` with every list, struct or map column as JSON text, binary as hex (nulls stay null)."""
+    columns = []
+    for col in table.columns:
+        if _nested(col.type):
+            text = _hex if _binary(col.type) else to_json_text
+            col = pa.array([None if v is None else text(v) for v in col.to_pylist()], pa.string())
+        columns.append(col)
+    return pa.table(columns, names=table.column_names)
+
+
+def _csv(table: pa.Table) -> str:
+    buf = io.BytesIO()
+    pacsv.write_csv(flat_columns(table), buf)
+    return buf.getvalue().decode("utf-8")
+
+
+def _json(table: pa.Table) -> str:
+    return json.dumps(_json_value(table.to_pylist()), default=str, ensure_ascii=False)
+
+
+def text_rows(table: pa.Table) -> list[list[str]]:
+    """The rows as display strings (nested values as JSON, null as an empty cell), for a terminal table."""
+    return [["" if v is None else str(v) for v in row.values()] for row in flat_columns(table).to_pylist()]
+
+
+#: ``vlmforge query --format``: the text of a result table in each file format (``table`` is the terminal's).
+FORMATS: dict[str, Callable[[pa.Table], str]] = {"csv": _csv, "json": _json}
+FORMAT_NAMES = ("table", *FORMATS)
+
+
+def render(table: pa.Table, fmt: str) -> str:
+    """The result table as text in the file format ``fmt``; ConfigError for a format there is none of."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format {fmt!r}: expected one of {', '.join(FORMAT_NAMES)}")
+    try:
+        return FORMATS[fmt](table)
+    except pa.ArrowException as exc:
+        raise OutputError(f"query result cannot be written as {fmt}: {one_line(exc)}") from exc

@@ -26,7 +26,7 @@ import orjson
 from ...schemas.records import Record, Reject
 from .dedup import apply_dedup
 from .forms.messages import fast_record
-from .lines import MAX_LINE_BYTES, iter_line_chunks, split_lines, too_long, undecodable
+from .lines import MAX_LINE_BYTES, iter_line_chunks, split_lines, strip_bom, too_long, undecodable
 from .record import record_or_reject
 from .refs import NO_SCHEMES
 
@@ -40,6 +40,7 @@ def parse_line(
     max_line_bytes: int = MAX_LINE_BYTES,
 ) -> Record | Reject:
     """One JSONL line to a Record or a Reject (never raises on bad input)."""
+    raw = strip_bom(raw, line)
     if len(raw) > max_line_bytes:
         return too_long(raw, line, max_line_bytes, subset)
     try:
@@ -98,6 +99,7 @@ def parse_batch(
     was_enabled = gc.isenabled()
     gc.disable()
     try:
+        data = strip_bom(data, first_line)
         items = _parse_lines(split_lines(data), first_line, allowed_schemes, subset, max_line_bytes)
         apply_dedup(items, duplicates, conflicts, subset)
         return items

@@ -15,13 +15,15 @@ from .forms.messages import fast_record
 from .forms.registry import FORMS
 from .invalid import Invalid, invalid_record
 from .refs import NO_SCHEMES
+from .usable import check_usable
 
 _FIRST_FORM, *_OTHER_FORMS = FORMS
 _NO_FORM = f"missing field {_FIRST_FORM} (or {', '.join(_OTHER_FORMS)})"
 
 
 def parse_record(obj: Any, line: int, allowed_schemes: Collection[str] = NO_SCHEMES) -> Record:
-    """Normalise one decoded JSON value; raises ``Invalid`` with a reason."""
+    """Normalise one decoded JSON value; raises ``Invalid`` with a reason (also for a conversation no
+    trainer can use, :mod:`.usable`)."""
     fast = fast_record(obj, line)
     if fast is not None:
         return fast
@@ -32,6 +34,7 @@ def parse_record(obj: Any, line: int, allowed_schemes: Collection[str] = NO_SCHE
     if form is None:
         raise invalid_record(_NO_FORM)
     messages = form.messages(obj, allowed_schemes)
+    check_usable(messages)
     media: list[MediaRef] = []
     for msg in messages:
         for part in msg["content"]:

@@ -7,9 +7,10 @@ Layout of a published dataset ``dest`` (see docs energon-format.md §1, §11)::
     ├── val-<subset>-000000.tar   (+ .tar.idx)     # only when the val split is non-empty
     ├── vlmforge-shards.json                      # [{shard, split, samples, bytes, sha256, tokens, keys}]
     └── .nv-meta/{.info.json, split.yaml, index.sqlite, index.uuid, dataset.yaml, dataset_psi<N>.yaml}
+                                                  # + the format's extra configs (bridge: dataset_parts.yaml)
 
 :func:`write_energon_dataset` is a pipeline of the steps that live in their own modules: each sample is
-encoded by its sample format (:mod:`.formats`, default the crude one) and prepared (:mod:`.members`),
+encoded by its sample format (:mod:`.formats`, default Bridge's ChatML) and prepared (:mod:`.members`),
 split writers roll shards over and keep finished shards of an interrupted attempt (:mod:`.rolling`,
 :mod:`.journal`), Energon indexes the staged folder (:mod:`.prepare`), the result is re-read and checked,
 the listing is written (:mod:`.listing`), and the staged folder is swapped into place (:mod:`.swap`).
@@ -150,7 +151,8 @@ def _index_and_check(
         if path.name.endswith(".tar") and path.name not in tar_names:
             remove(path)
     patterns = [(split, rf"{split}-.*") for split in SPLITS if any(item.split == split for item in done)]
-    run_prepare(root, tar_names, patterns, prepare_workers or default_prepare_workers(len(tar_names)))
+    workers = prepare_workers or default_prepare_workers(len(tar_names))
+    run_prepare(root, tar_names, patterns, workers, {item.shard: item.sha256 for item in done})
     write_dataset_configs(root / ".nv-meta", fmt)
     shard_counts = indexed_counts(root, tar_names)
     result = DatasetResult(path=root)

@@ -37,10 +37,13 @@ def _with_psi(dataset_yaml: str, parallel_shard_iters: int) -> str:
 
 
 def write_dataset_configs(meta: Path, fmt: SampleFormat) -> None:
-    """``dataset.yaml`` of ``fmt`` and its :data:`PSI_CONFIGS` variants, into a staged ``.nv-meta``."""
+    """``dataset.yaml`` of ``fmt``, its :data:`PSI_CONFIGS` variants and the format's extra configs, into a
+    staged ``.nv-meta``."""
     (meta / "dataset.yaml").write_text(fmt.dataset_yaml, encoding="utf-8")
     for psi in PSI_CONFIGS:
         (meta / f"dataset_psi{psi}.yaml").write_text(_with_psi(fmt.dataset_yaml, psi), encoding="utf-8")
+    for name, text in sorted(fmt.extra_configs.items()):  # e.g. the config of the format's own read-back
+        (meta / name).write_text(text, encoding="utf-8")
 
 
 def ensure_dataset_config(dataset: Path, parallel_shard_iters: int) -> str | None:

@@ -5,22 +5,38 @@ Energon raises ``EmptyDatasetError`` for a split with an empty shard list and an
 ``AssertionError("Invalid split part")`` for a missing one, so callers must not load a missing split.
 Prepare's failures (it calls ``sys.exit`` on duplicate keys and on a shard it cannot index) become
 :class:`EnergonPrepareError`, or :class:`OutputFullError` when the disk was full.
+
+Energon's prepare is not reproducible as it stands: its workers fill ``index.sqlite`` in the order they
+finish, and ``index.uuid`` is a random uuid4. :func:`seal_index` then rewrites both, atomically: the
+sqlite database rebuilt from the same schema with its rows in sorted order (same rows, same bytes), and the
+uuid derived from the dataset's content (every shard's name and sha256, ``.info.json``, ``split.yaml`` and
+the rebuilt index), so identical runs give byte-identical ``.nv-meta`` files and a changed dataset a new
+uuid (Energon keys its join caches by it).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
+import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from ..storage import OutputFullError, no_space
+from ..storage import TMP_MARK, OutputFullError, no_space
 from .samples import EnergonPrepareError
 
-__all__ = ["default_prepare_workers", "indexed_counts", "run_prepare"]
+__all__ = ["default_prepare_workers", "indexed_counts", "run_prepare", "seal_index"]
+
+META = ".nv-meta"
+INDEX_SQLITE = "index.sqlite"
+INDEX_UUID = "index.uuid"
+# The files the uuid is derived from, besides the shards (all written by Energon's prepare).
+_UUID_INPUTS = (".info.json", "split.yaml", INDEX_SQLITE)
 
 
 def default_prepare_workers(n_tars: int) -> int:
@@ -48,8 +64,15 @@ def _default_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def run_prepare(root: Path, tar_names: list[str], patterns: Sequence[tuple[str, str]], workers: int) -> None:
-    """Energon's ``prepare_dataset`` over ``tar_names`` in ``root`` with (split, regex) ``patterns``."""
+def run_prepare(
+    root: Path,
+    tar_names: list[str],
+    patterns: Sequence[tuple[str, str]],
+    workers: int,
+    shard_sha256: Mapping[str, str] | None = None,
+) -> None:
+    """Energon's ``prepare_dataset`` over ``tar_names`` in ``root`` with (split, regex) ``patterns``, then
+    :func:`seal_index` (``shard_sha256``: the shards' known hashes; None reads the shards to hash them)."""
     from megatron.energon import BaseWebdatasetFactory
 
     try:
@@ -73,6 +96,85 @@ def run_prepare(root: Path, tar_names: list[str], patterns: Sequence[tuple[str, 
         ) from exc
     except AssertionError as exc:  # e.g. "Shard X has no samples."
         raise EnergonPrepareError(f"megatron-energon prepare failed for {root}: {exc}") from exc
+    if shard_sha256 is None:
+        shard_sha256 = {name: _file_sha256(root / name) for name in tar_names}
+    seal_index(root, shard_sha256)
+
+
+def seal_index(root: Path, shard_sha256: Mapping[str, str]) -> str:
+    """Rewrite ``.nv-meta/index.sqlite`` canonically and ``index.uuid`` from the content; the new uuid."""
+    meta = root / META
+    _canonical_sqlite(meta / INDEX_SQLITE)
+    h = hashlib.sha256(b"vlmforge energon index.uuid v1\0")
+    for name in sorted(shard_sha256):
+        h.update(f"shard\0{name}\0{shard_sha256[name]}\0".encode())
+    for name in _UUID_INPUTS:
+        h.update(f"file\0{name}\0".encode())
+        h.update(hashlib.sha256((meta / name).read_bytes()).digest())
+    value = str(uuid.UUID(bytes=h.digest()[:16], version=5))  # name-based: the same content, the same uuid
+    _replace(meta / INDEX_UUID, lambda tmp: tmp.write_text(value, encoding="utf-8"))
+    return value
+
+
+def _canonical_sqlite(db: Path) -> None:
+    """``db`` rebuilt with the same schema and rows, rows in sorted order: identical rows, identical bytes."""
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as src:
+        schema = src.execute(
+            "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite_%' "
+            "ORDER BY rowid"
+        ).fetchall()
+        pragmas = {p: src.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_size", "user_version")}
+        tables = {name: _sorted_rows(src, name) for kind, name, _ in schema if kind == "table"}
+
+    def build(tmp: Path) -> None:
+        with contextlib.closing(sqlite3.connect(tmp, isolation_level=None)) as dst:
+            dst.execute(f"PRAGMA page_size = {int(pragmas['page_size'])}")
+            dst.execute(f"PRAGMA user_version = {int(pragmas['user_version'])}")
+            dst.execute("BEGIN")
+            for kind, name, sql in schema:
+                if kind == "table":
+                    dst.execute(sql)
+                    rows = tables[name]
+                    if rows:
+                        marks = ", ".join("?" * len(rows[0]))
+                        dst.executemany(f'INSERT INTO "{name}" VALUES ({marks})', rows)
+            for kind, _, sql in schema:
+                if kind != "table":  # indexes (and any view or trigger) after the rows, as a rebuild does
+                    dst.execute(sql)
+            dst.execute("COMMIT")
+
+    _replace(db, build)
+
+
+def _sorted_rows(con: sqlite3.Connection, table: str) -> list[tuple[object, ...]]:
+    ncols = len(con.execute(f'PRAGMA table_info("{table}")').fetchall())
+    order = ", ".join(str(i) for i in range(1, ncols + 1))
+    return con.execute(f'SELECT * FROM "{table}" ORDER BY {order}').fetchall()
+
+
+def _replace(path: Path, write: Callable[[Path], object]) -> None:
+    """Write ``path`` through ``write(tmp)`` into a temporary sibling, fsync it, rename it into place."""
+    tmp = path.with_name(f"{TMP_MARK}{path.name}")
+    tmp.unlink(missing_ok=True)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        full = no_space(exc, str(path))
+        if full is not None:
+            raise full from exc
+        raise
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _nearly_full(path: Path, margin: int = 1 << 20) -> bool:

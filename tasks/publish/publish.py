@@ -32,6 +32,7 @@ from ..manifests import (
 )
 from ..storage import ContentStore
 from .dataset import write_energon_dataset
+from .formats import DEFAULT_FORMAT
 from .listing import published_subsets, read_manifest, shard_of_key
 from .metadataset import write_metadataset
 from .samples import DatasetResult, MediaPart, ShardSample
@@ -60,11 +61,13 @@ def publish_subset(
     shard_max_samples: int,
     store: str | None = None,
     check: Callable[[Path], None] | None = None,
+    sample_format: str = DEFAULT_FORMAT,
 ) -> PublishResult:
     """Write ``energon/<subset>`` from the manifests; record shards and fill ``samples.shard``.
 
     ``store`` is the content store holding the media (default ``OUT/store``); ``check`` validates the
-    staged dataset before it replaces the published one (see :func:`write_energon_dataset`).
+    staged dataset before it replaces the published one (see :func:`write_energon_dataset`);
+    ``sample_format`` is the Energon sample format (:data:`~.formats.FORMATS`, default Megatron-Bridge's).
     """
     dest = f"{layout.energon}/{subset}"
     duplicates: dict[int, str] = {}
@@ -75,6 +78,7 @@ def publish_subset(
         shard_max_bytes=shard_max_bytes,
         shard_max_samples=shard_max_samples,
         check=check,
+        sample_format=sample_format,
     )
     _write_shards_table(layout, subset, result)
     written = shard_of_key(Path(dest))

@@ -5,10 +5,13 @@ order), optionally expected media parts and token counts per key:
 
 * the ``.nv-meta`` index is consistent (:mod:`.index_check`) and the ``.info.json`` total of each split
   equals the number of expected keys;
-* iterating ``get_val_dataset(... task_encoder=ChatTaskEncoder())`` yields exactly the expected keys (in
-  order when ``num_workers <= 1``), each as a :class:`~vlmforge.energon.ChatSample` with the expected media
-  parts and the expected ``vlmforge`` block in its json part, with no sample-level errors (collected
-  through a ``global_error_handler`` that also works inside worker processes).
+* iterating ``get_val_dataset`` with the reader of the dataset's format (``ChatTaskEncoder`` for crude;
+  for bridge our own parts reader, :mod:`.formats.chatml_read`, no megatron.bridge needed) yields exactly
+  the expected keys (in order when ``num_workers <= 1``), each as a :class:`~vlmforge.energon.ChatSample`
+  with the expected media parts and the expected ``vlmforge`` block in its json part, with no sample-level
+  errors (collected through a ``global_error_handler`` that also works inside worker processes);
+* every media part of the samples read decodes as a trainer decodes it (:mod:`.media_check`: Pillow's full
+  load of an image, PyAV's decode of a video's sampled frames; the media stage's own definition).
 
 An expected split with no keys must be absent from ``split.yaml`` (vlmforge omits empty splits; see
 :mod:`vlmforge.tasks.publish.prepare`).
@@ -23,7 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .formats import format_of_dataset
 from .index_check import check_index
+from .media_check import media_problems
 from .report import ValidationReport, listed
 
 __all__ = ["validate_energon_dataset"]
@@ -176,6 +181,12 @@ def _validate_split(reading: _Reading, split: str, want: list[str], shards: list
         report.add(f"split {split!r}: .info.json counts {indexed} samples, expected {len(want)}")
     keys = _read_split(reading, split)
     _compare(split, keys, want, report, reading.sample_limit, ordered=reading.num_workers <= 1)
+    broken = media_problems(reading.path, shards, set(keys))
+    if broken:
+        report.add(
+            f"split {split!r}: {len(broken)} media parts do not decode as a trainer decodes them: "
+            f"{listed(broken)}"
+        )
     return len(keys)
 
 
@@ -183,7 +194,7 @@ def _read_split(reading: _Reading, split: str) -> list[str]:
     """Keys of the cooked samples of ``split`` in read order (media parts recorded in the report)."""
     from megatron.energon import WorkerConfig, get_loader, get_val_dataset
 
-    from ...energon import ChatSample, ChatTaskEncoder
+    from ...energon import ChatSample
 
     report, limit = reading.report, reading.sample_limit
     worker_config = WorkerConfig(
@@ -191,13 +202,16 @@ def _read_split(reading: _Reading, split: str) -> list[str]:
     )
     keys: list[str] = []
     try:
+        # each format names its own reader: the bridge format is read without megatron.bridge installed
+        fmt = format_of_dataset(reading.path)
         dataset = get_val_dataset(
             str(reading.path),
             split_part=split,
             worker_config=worker_config,
             batch_size=None,  # unbatched
             limit=limit,
-            task_encoder=ChatTaskEncoder(),
+            task_encoder=fmt.read_encoder(),
+            dataset_config=fmt.read_config,
         )
         for item in get_loader(dataset):
             for sample in item if isinstance(item, list) else [item]:

@@ -26,7 +26,8 @@ LOCAL = fsspec.filesystem("file")
 
 
 def _row(sid: str, text: str = "hi") -> bytes:
-    return json.dumps({"id": sid, "messages": [{"role": "user", "content": text}]}).encode()
+    messages = [{"role": "user", "content": text}, {"role": "assistant", "content": "ok"}]
+    return json.dumps({"id": sid, "messages": messages}).encode()
 
 
 def _naive_plan(data: bytes, batch_lines: int) -> tuple[int, tuple[int, ...]]:

@@ -93,10 +93,13 @@ def _parse_rejected(s: Rows, m: Rows) -> dict[str, Any]:
     return next(r for r in s if r["status"] == "rejected" and r["line"] not in with_media)
 
 
-def _unique_ok_media(m: Rows) -> dict[str, Any]:
-    """An ok media row whose stored object no other row names."""
+def _unique_ok_media(s: Rows, m: Rows) -> dict[str, Any]:
+    """A published media row (ok, of an ok sample) whose stored object no other row names."""
+    published = {r["line"] for r in _ok(s)}
     shas = [r["out_sha256"] for r in m if r["status"] == "ok"]
-    return next(r for r in m if r["status"] == "ok" and shas.count(r["out_sha256"]) == 1)
+    return next(
+        r for r in m if r["status"] == "ok" and r["line"] in published and shas.count(r["out_sha256"]) == 1
+    )
 
 
 def _rejected_media(m: Rows) -> dict[str, Any]:
@@ -142,7 +145,7 @@ def _max_images(s: Rows, m: Rows) -> dict[str, Any]:
 
 
 def _conflict(s: Rows, m: Rows) -> None:
-    a = _unique_ok_media(m)
+    a = _unique_ok_media(s, m)
     b = next(r for r in m if r["status"] == "ok" and r["out_sha256"] != a["out_sha256"])
     for r in m:
         if r["out_sha256"] == b["out_sha256"]:
@@ -154,7 +157,7 @@ def _conflict(s: Rows, m: Rows) -> None:
 
 
 def _ok_sample_media_rejected(s: Rows, m: Rows) -> None:
-    _set(_unique_ok_media(m), status="rejected", reason="truncated")
+    _set(_unique_ok_media(s, m), status="rejected", reason="truncated")
 
 
 SAMPLES_CASES: dict[str, tuple[Mutation, str]] = {
@@ -185,7 +188,7 @@ SAMPLES_CASES: dict[str, tuple[Mutation, str]] = {
 }
 
 MEDIA_CASES: dict[str, tuple[Mutation, str]] = {
-    "kind unknown": (lambda s, m: _set(_unique_ok_media(m), kind="audio"), "media kind is image or video"),
+    "kind unknown": (lambda s, m: _set(_unique_ok_media(s, m), kind="audio"), "media kind is image or video"),
     "status null": (lambda s, m: _set(_rejected_media(m), status=None), "every media row has a status"),
     "status unknown": (
         lambda s, m: _set(_rejected_media(m), status="maybe"),
@@ -193,28 +196,28 @@ MEDIA_CASES: dict[str, tuple[Mutation, str]] = {
     ),
     "orphan": (lambda s, m: _set(_rejected_media(m), line=999), "every media row belongs to a sample"),
     "sha256 malformed": (
-        lambda s, m: _set(_unique_ok_media(m), sha256="ABC"),
+        lambda s, m: _set(_unique_ok_media(s, m), sha256="ABC"),
         "upstream sha256 is 64 lowercase hex",
     ),
     "out_sha256 malformed": (
-        lambda s, m: _set(_unique_ok_media(m), out_sha256="f" * 63),
+        lambda s, m: _set(_unique_ok_media(s, m), out_sha256="f" * 63),
         "stored object sha256 is 64 lowercase hex",
     ),
     "object described twice": (_conflict, "one stored object per out_sha256"),
-    "no size": (lambda s, m: _set(_unique_ok_media(m), out_width=0), "stored images have a size"),
+    "no size": (lambda s, m: _set(_unique_ok_media(s, m), out_width=0), "stored images have a size"),
     "stored too big": (
-        lambda s, m: _set(_unique_ok_media(m), out_width=100_000),
+        lambda s, m: _set(_unique_ok_media(s, m), out_width=100_000),
         "stored images at most max_pixels",
     ),
     "resized too small": (
-        lambda s, m: _set(_unique_ok_media(m), visual_tokens=1),
+        lambda s, m: _set(_unique_ok_media(s, m), visual_tokens=1),
         "images after the model's resize at least min_pixels (3136 px): found 784 px",
     ),
     "resized too big": (
-        lambda s, m: _set(_unique_ok_media(m), visual_tokens=20_000),
+        lambda s, m: _set(_unique_ok_media(s, m), visual_tokens=20_000),
         "images after the model's resize at most max_pixels",
     ),
-    "empty object": (lambda s, m: _set(_unique_ok_media(m), out_bytes=0), "stored media at least 1 bytes"),
+    "empty object": (lambda s, m: _set(_unique_ok_media(s, m), out_bytes=0), "stored media at least 1 bytes"),
     "object too big": (lambda s, m: {"max_media_bytes": 1000}, "stored media at most 1000 bytes"),
     "reason null": (
         lambda s, m: _set(_rejected_media(m), reason=None),
@@ -396,6 +399,12 @@ def test_a_missing_overrides_file_is_a_config_error(tmp_path: Path) -> None:
 SUBSET = "toy"
 
 
+TOY_CHAT = [
+    {"role": "user", "content": [{"type": "text", "text": "Hi?"}]},
+    {"role": "assistant", "content": [{"type": "text", "text": "Hello."}]},
+]
+
+
 def _toy_samples() -> Rows:
     rows = []
     for i in range(7):
@@ -428,7 +437,7 @@ def toy_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     dest = tmp_path_factory.mktemp("shards") / SUBSET
     samples = [
-        ShardSample(key=r["key"], split=r["split"], json={"id": r["sample_id"]})
+        ShardSample(key=r["key"], split=r["split"], json={"id": r["sample_id"], "messages": TOY_CHAT})
         for r in _toy_samples()
         if r["status"] == "ok"
     ]
@@ -623,7 +632,11 @@ def test_a_staged_dataset_that_fails_the_shards_suite_is_never_swapped_in(tmp_pa
     rows = _toy_samples()
     write_part(layout, "samples", SUBSET, 0, rows)
     dest = Path(layout.energon) / SUBSET
-    ok = [ShardSample(key=r["key"], split=r["split"], json={"id": r["sample_id"]}) for r in rows if r["key"]]
+    ok = [
+        ShardSample(key=r["key"], split=r["split"], json={"id": r["sample_id"], "messages": TOY_CHAT})
+        for r in rows
+        if r["key"]
+    ]
     write_energon_dataset(
         ok, dest, subset=SUBSET, shard_max_samples=2, check=shards_check(layout, SUBSET, run_id="a")
     )

@@ -24,7 +24,11 @@ def test_videos_become_their_sampled_frames(
     from vlmforge.flows.runtime import embedded_runtime
 
     cfg = RunConfig(
-        release=str(sample_release), out=str(tmp_path / "out"), subsets=(SUBSET,), video_mode="frames"
+        release=str(sample_release),
+        out=str(tmp_path / "out"),
+        subsets=(SUBSET,),
+        video_mode="frames",
+        sample_format="crude",  # read back below through vlmforge's own cooker
     )
     with embedded_runtime():
         summary = run_release(cfg)

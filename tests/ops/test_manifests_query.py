@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from vlmforge.schemas.manifests import SAMPLES, empty_row
-from vlmforge.tasks.errors import OutputError
+from vlmforge.schemas.manifests import MEDIA, SAMPLES, empty_row
+from vlmforge.tasks.errors import ConfigError, OutputError
 from vlmforge.tasks.manifests import (
     FINGERPRINT_KEY,
     OutputLayout,
@@ -16,7 +21,7 @@ from vlmforge.tasks.manifests import (
     remove_parts_from,
     write_part,
 )
-from vlmforge.tasks.ops.query import run_query
+from vlmforge.tasks.ops.query import render, run_query, text_rows
 
 
 def _sample(subset: str, line: int, status: str = "ok", tokens: int = 10) -> dict[str, object]:
@@ -72,3 +77,61 @@ def test_query_errors_are_readable(tmp_path: Path) -> None:
     write_part(layout, "samples", "a", 0, [_sample("a", 1)])
     with pytest.raises(OutputError, match="no_such_column"):
         run_query(str(tmp_path), "SELECT no_such_column FROM samples")
+
+
+def _media(subset: str, line: int, frames: list[int] | None) -> dict[str, object]:
+    return empty_row(MEDIA) | {
+        "subset": subset,
+        "line": line,
+        "sample_id": f"s{line}",
+        "index": 0,
+        "kind": "video" if frames else "image",
+        "ref": f"v{line}.mp4, with a comma",
+        "status": "ok",
+        "frame_indices": frames,
+        "frame_sha256": ["a" * 64] * len(frames) if frames else None,
+    }
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The installed ``vlmforge`` command, as a user runs it."""
+    exe = Path(sys.executable).with_name("vlmforge")
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=300, check=False)
+
+
+@pytest.fixture(scope="module")
+def media_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("query")
+    layout = OutputLayout(str(out))
+    write_part(layout, "samples", "a", 0, [_sample("a", 1), _sample("a", 2)])
+    write_part(layout, "media", "a", 0, [_media("a", 1, [0, 5, 9]), _media("a", 2, None)])
+    return out
+
+
+def test_every_format_writes_list_columns(media_out: Path) -> None:
+    table = run_query(
+        str(media_out), "SELECT line, ref, frame_indices, frame_sha256 FROM media ORDER BY line"
+    )
+    rows = list(csv.DictReader(io.StringIO(render(table, "csv"))))
+    assert [json.loads(r["frame_indices"]) if r["frame_indices"] else None for r in rows] == [[0, 5, 9], None]
+    assert json.loads(rows[0]["frame_sha256"]) == ["a" * 64] * 3 and rows[0]["ref"] == "v1.mp4, with a comma"
+    assert json.loads(render(table, "json"))[0]["frame_indices"] == [0, 5, 9]
+    assert text_rows(table)[0][2] == "[0, 5, 9]" and text_rows(table)[1][2] == ""
+    structs = run_query(
+        str(media_out), "SELECT {'a': 1, 'b': [line]} AS s, 'x'::BLOB AS b FROM media LIMIT 1"
+    )
+    assert render(structs, "csv").splitlines()[1] == '"{""a"": 1, ""b"": [1]}","78"'
+    with pytest.raises(ConfigError, match="--format 'xml': expected one of table, csv, json"):
+        render(table, "xml")
+
+
+def test_the_cli_writes_csv_of_every_media_column_and_says_a_bad_query_in_one_line(media_out: Path) -> None:
+    done = _cli("query", str(media_out), "SELECT * FROM media", "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.DictReader(io.StringIO(done.stdout)))
+    assert len(rows) == 2 and json.loads(rows[0]["frame_indices"]) == [0, 5, 9]
+    bad = _cli("query", str(media_out), "SELECT no_such_column FROM media", "--format", "csv")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    first, *rest = bad.stderr.strip().splitlines()
+    assert first.startswith("error: query failed: Binder Error:") and "no_such_column" in first
+    assert rest == ["(set VLMFORGE_DEBUG=1 for the traceback)"]

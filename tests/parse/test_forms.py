@@ -21,8 +21,8 @@ def test_forms_are_tried_in_registry_order() -> None:
     assert all(form.name == key for key, form in FORMS.items())
     both = {
         "id": "b",
-        "messages": [{"role": "user", "content": "from messages"}],
-        "conversations": [{"from": "human", "value": "from conversations"}],
+        "messages": [{"role": "user", "content": "from messages"}, {"role": "assistant", "content": "a"}],
+        "conversations": [{"from": "human", "value": "from conversations"}, {"from": "gpt", "value": "b"}],
     }
     rec = parse_line(json.dumps(both).encode(), 1)
     assert isinstance(rec, Record) and rec.form == "messages"
@@ -52,6 +52,9 @@ def test_a_registered_form_is_read_and_named(monkeypatch: pytest.MonkeyPatch) ->
     assert isinstance(bad, Reject) and bad.reason == "invalid_record: turns must be a non-empty list"
 
 
+ANSWER = b'{"role": "assistant", "content": "ok"}]}'
+
+
 def test_every_parse_reject_has_a_registered_parse_code() -> None:
     lines = [
         b"",
@@ -63,8 +66,11 @@ def test_every_parse_reject_has_a_registered_parse_code() -> None:
         b'{"id": "a", "images": ["a.jpg"], "conversations": [{"from": "human", "value": "no placeholder"}]}',
         b'{"id": "a"}',
         b'{"id": "a", "messages": [{"role": "user", "content": "ok"}]}',
+        b'{"id": "a", "messages": [{"role": "user", "content": null}, ' + ANSWER,
+        b'{"id": "a", "messages": [{"role": "robot", "content": "ok"}, ' + ANSWER,
+        b'{"id": "a", "messages": [{"role": "user", "content": "ok"}, ' + ANSWER,
     ]
-    items = parse_batch(b"\n".join(lines) + b"\n", 1, duplicates={9: 1}, max_line_bytes=200)
+    items = parse_batch(b"\n".join(lines) + b"\n", 1, duplicates={12: 1}, max_line_bytes=200)
     rejects = [i for i in items if isinstance(i, Reject)]
     codes = [code_of(r.reason) for r in rejects]
     assert codes == [
@@ -76,6 +82,9 @@ def test_every_parse_reject_has_a_registered_parse_code() -> None:
         "unsafe_ref",
         "placeholder_mismatch",
         "invalid_record",
+        "no_assistant_turn",
+        "empty_turn",
+        "unknown_role",
         "duplicate_row",
     ]
     assert all(REASONS[c].stage == "parse" and REASONS[c].level == "sample" for c in codes)

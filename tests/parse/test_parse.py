@@ -13,6 +13,8 @@ from vlmforge.tasks.parse.batch import iter_records, parse_batch, parse_line
 from vlmforge.tasks.parse.lines import iter_line_chunks
 from vlmforge.tasks.parse.refs import normalize_ref, unsafe_ref_reason
 
+ANSWER = {"role": "assistant", "content": "ok"}  # a usable conversation needs an assistant turn
+
 
 def _line(obj: Any) -> bytes:
     return json.dumps(obj).encode()
@@ -80,7 +82,10 @@ def test_nemotron_record_in_all_its_forms() -> None:
 
 def test_fast_and_full_paths_build_equal_records() -> None:
     # The same record once in the common shape (fast path) and once with an integer id (full path).
-    msgs = [{"role": "user", "content": [{"type": "image", "image": "x.jpg"}, {"type": "text", "text": "?"}]}]
+    msgs = [
+        {"role": "user", "content": [{"type": "image", "image": "x.jpg"}, {"type": "text", "text": "?"}]},
+        ANSWER,
+    ]
     fast = _record({"id": "5", "messages": msgs})
     full = _record({"id": 5, "messages": msgs})
     assert fast == full
@@ -179,7 +184,9 @@ def test_text_only_conversation_and_literal_placeholder_without_media_list() -> 
     )
     assert rec.media == ()
     # A Nemotron record whose text mentions <image> has no media list: the text is kept as written.
-    rec = _record({"id": "u", "messages": [{"role": "user", "content": "what does <image> mean in HTML?"}]})
+    rec = _record(
+        {"id": "u", "messages": [{"role": "user", "content": "what does <image> mean in HTML?"}, ANSWER]}
+    )
     assert rec.messages[0]["content"] == [{"type": "text", "text": "what does <image> mean in HTML?"}]
 
 
@@ -260,7 +267,7 @@ def test_undecodable_lines_say_why(raw: bytes, reason: str) -> None:
         ),
         (
             {"id": "r", "conversations": [{"from": "alien", "value": "hi"}]},
-            "invalid_record: conversations[0].from 'alien' is not one of",
+            "unknown_role: conversations[0].from 'alien' is not one of",
         ),
         (
             {
@@ -299,7 +306,10 @@ def test_unsafe_references_are_rejected(ref: str, why: str) -> None:
 
 def test_a_recipe_allows_url_schemes_but_never_file() -> None:
     def obj(ref: str) -> dict[str, Any]:
-        return {"id": "u", "messages": [{"role": "user", "content": [{"type": "image", "image": ref}]}]}
+        return {
+            "id": "u",
+            "messages": [{"role": "user", "content": [{"type": "image", "image": ref}]}, ANSWER],
+        }
 
     allowed = {"https", "s3", "file"}
     rec = _record(obj("https://example.org/a.jpg"), allowed_schemes=allowed)
@@ -315,7 +325,10 @@ def test_a_recipe_allows_url_schemes_but_never_file() -> None:
 
 
 def test_rejects_carry_subset_line_and_id() -> None:
-    data = b'{"id": "ok", "messages": [{"role": "user", "content": "hi"}]}\n{"id": "bad", "messages": 1}\n'
+    data = (
+        _line({"id": "ok", "messages": [{"role": "user", "content": "hi"}, ANSWER]})
+        + b'\n{"id": "bad", "messages": 1}\n'
+    )
     items = parse_batch(data, 41, subset="docvqa")
     assert isinstance(items[0], Record) and items[0].line == 41
     assert items[1] == Reject(42, "invalid_record: messages must be a list, got int", "bad", "docvqa")
@@ -325,8 +338,8 @@ def test_rejects_carry_subset_line_and_id() -> None:
 
 
 def test_duplicates_and_id_conflicts_from_the_catalog() -> None:
-    row = _line({"id": "a", "messages": [{"role": "user", "content": "hi"}]})
-    other = _line({"id": "a", "messages": [{"role": "user", "content": "bye"}]})
+    row = _line({"id": "a", "messages": [{"role": "user", "content": "hi"}, ANSWER]})
+    other = _line({"id": "a", "messages": [{"role": "user", "content": "bye"}, ANSWER]})
     bad = b"{not json"
     data = b"\n".join([row, other, row, bad, bad]) + b"\n"
     items = parse_batch(
@@ -346,7 +359,7 @@ def test_duplicates_and_id_conflicts_from_the_catalog() -> None:
 
 
 def test_line_numbers_survive_crlf_and_a_missing_final_newline() -> None:
-    row = _line({"id": "x", "messages": [{"role": "user", "content": "hi"}]})
+    row = _line({"id": "x", "messages": [{"role": "user", "content": "hi"}, ANSWER]})
     items = parse_batch(row + b"\r\n\r\n" + row, 1)
     assert [type(i).__name__ for i in items] == ["Record", "Reject", "Record"]
     assert [i.line for i in items] == [1, 2, 3]
@@ -368,7 +381,10 @@ def test_line_chunks_cut_only_between_lines() -> None:
 
 def test_iter_records_streams_a_file(tmp_path: Any) -> None:
     p = tmp_path / "s.jsonl"
-    rows = [_line({"id": f"r{i}", "messages": [{"role": "user", "content": "y" * 100}]}) for i in range(300)]
+    rows = [
+        _line({"id": f"r{i}", "messages": [{"role": "user", "content": "y" * 99}, ANSWER]})
+        for i in range(300)
+    ]
     p.write_bytes(b"\n".join(rows) + b"\n")
     items = list(iter_records(str(p), chunk_size=1000, subset="s"))
     assert [i.line for i in items] == list(range(1, 301))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,7 @@ from vlmforge.energon import (
     media_part_names,
 )
 from vlmforge.tasks.errors import ConfigError
-from vlmforge.tasks.publish.dataset import write_energon_dataset
+from vlmforge.tasks.publish import dataset as dataset_module
 from vlmforge.tasks.publish.formats.crude import DATASET_YAML
 from vlmforge.tasks.publish.journal import JOURNAL_NAME
 from vlmforge.tasks.publish.keys import sanitize_key, split_for_key
@@ -41,6 +43,9 @@ from vlmforge.tasks.publish.rolling import parse_size
 from vlmforge.tasks.publish.samples import DuplicateKeyError, MediaPart, ShardSample
 
 W, H = 32, 24
+
+#: These tests pin the crude format (its bytes, its cooker); the bridge format has test_bridge_format.py.
+write_energon_dataset = functools.partial(dataset_module.write_energon_dataset, sample_format="crude")
 
 
 def _image(color: tuple[int, int, int], fmt: str) -> bytes:
@@ -179,6 +184,36 @@ def test_rewrite_is_byte_identical(tmp_path: Path, dataset: Path, samples: list[
     for shard in other.shards:
         assert (tmp_path / "demo" / shard.shard).read_bytes() == (dataset / shard.shard).read_bytes()
     assert (tmp_path / "demo" / MANIFEST_NAME).read_bytes() == (dataset / MANIFEST_NAME).read_bytes()
+
+
+def _every_file(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_two_identical_publishes_give_identical_bytes_for_every_file(
+    tmp_path: Path, samples: list[ShardSample]
+) -> None:
+    """Every file, .nv-meta included: Energon's prepare fills index.sqlite in the order its workers finish
+    and writes a random index.uuid; the seal rewrites both from the content."""
+    a = write_energon_dataset(
+        samples, tmp_path / "a" / "demo", subset="demo", shard_max_samples=2, prepare_workers=3
+    )
+    b = write_energon_dataset(
+        samples, tmp_path / "b" / "demo", subset="demo", shard_max_samples=2, prepare_workers=3
+    )
+    files_a, files_b = _every_file(a.path), _every_file(b.path)
+    assert {".nv-meta/index.sqlite", ".nv-meta/index.uuid", ".nv-meta/.info.json"} <= set(files_a)
+    assert [n for n in files_a if files_a[n] != files_b.get(n)] == [] and set(files_a) == set(files_b)
+    assert not any(".tmp-" in n for n in files_a)
+    uid = files_a[".nv-meta/index.uuid"].decode()
+    assert str(uuid.UUID(uid)) == uid and uuid.UUID(uid).version == 5
+    # the sealed index still serves every sample through megatron-energon
+    report = validate_energon_dataset(a.path, _expected(samples))
+    assert report.ok, report.problems
+    # other content, other uuid
+    changed = [*samples[:-1], _sample("demo", 11, "val", n_images=1)]
+    c = write_energon_dataset(changed, tmp_path / "c" / "demo", subset="demo", shard_max_samples=2)
+    assert (c.path / ".nv-meta" / "index.uuid").read_text() != uid
 
 
 def test_roll_by_bytes(tmp_path: Path, samples: list[ShardSample]) -> None:
@@ -486,7 +521,9 @@ if kill_at == "prepare":
     def killed(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGKILL)
     dataset.run_prepare = killed
-dataset.write_energon_dataset(samples(kill_at), dest, subset="demo", shard_max_samples=4)
+dataset.write_energon_dataset(
+    samples(kill_at), dest, subset="demo", shard_max_samples=4, sample_format="crude"
+)
 """
 
 

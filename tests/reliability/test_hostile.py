@@ -277,11 +277,14 @@ case(
 def _duplicates(tmp: Path) -> Callable[[], list[str]]:
     sub = tmp / "release" / "dups"
     sub.mkdir(parents=True)
+    answer = {"role": "assistant", "content": "ok"}  # a usable conversation (no_assistant_turn otherwise)
     rows = [
-        line({"id": "a.b", "messages": [{"role": "user", "content": "one"}]}),
-        line({"id": "a_b", "messages": [{"role": "user", "content": "two"}]}),  # same Energon key as a.b
-        line({"id": "a.b", "messages": [{"role": "user", "content": "three"}]}),  # same id, other content
-        line({"id": "a.b", "messages": [{"role": "user", "content": "one"}]}),  # identical to line 1
+        line({"id": "a.b", "messages": [{"role": "user", "content": "one"}, answer]}),
+        # same Energon key as a.b
+        line({"id": "a_b", "messages": [{"role": "user", "content": "two"}, answer]}),
+        # same id, other content
+        line({"id": "a.b", "messages": [{"role": "user", "content": "three"}, answer]}),
+        line({"id": "a.b", "messages": [{"role": "user", "content": "one"}, answer]}),  # identical to line 1
     ]
     (sub / "dups.jsonl").write_bytes(b"\n".join(rows) + b"\n")
 

@@ -27,6 +27,8 @@ import pytest
 
 pytestmark = pytest.mark.slow
 RUN_TIMEOUT_S = 900.0
+
+
 def _planted() -> str:
     return f"PLANTED{secrets.token_hex(6).upper()}"  # distinct per spelling; looks like no word
 

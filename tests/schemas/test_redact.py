@@ -37,7 +37,7 @@ def test_every_value_but_known_harmless_ones_is_masked() -> None:
 
 def test_scrub_removes_every_planted_value_from_free_text() -> None:
     secrets = secret_values(PLANTED)
-    text = " ".join(str(v) for v in _leaves(PLANTED) if isinstance(v, str) or isinstance(v, list))
+    text = " ".join(str(v) for v in _leaves(PLANTED) if isinstance(v, str | list))
     assert "planted" not in scrub(text, secrets)
 
 

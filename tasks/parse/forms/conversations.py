@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from ....schemas.reasons import reason
 from ....schemas.records import Message
-from ..invalid import invalid_record
+from ..invalid import Invalid, invalid_record
 from ..parts import media_list
 from ..placeholders import expand_placeholders
 
-# Roles of conversation forms (LLaVA "from" values) mapped to chat roles.
+# Roles of conversation forms (LLaVA "from" values) mapped to chat roles (each one of ``usable.ROLES``).
 _ROLES = {
     "human": "user",
     "user": "user",
@@ -62,7 +63,9 @@ def _turn(turn: Any, where: str) -> Message:
         raise invalid_record(f"{where} needs a 'from' (or 'role') string")
     role = _ROLES.get(speaker.lower())
     if role is None:
-        raise invalid_record(f"{where}.from {speaker[:40]!r} is not one of {', '.join(_ROLES)}")
+        raise Invalid(
+            reason("unknown_role", f"{where}.from {speaker[:40]!r} is not one of {', '.join(_ROLES)}")
+        )
     if not isinstance(text, str):
         raise invalid_record(f"{where} needs a 'value' (or 'content') string with <image> placeholders")
     return {"role": role, "content": [{"type": "text", "text": text}]}

@@ -19,6 +19,7 @@ from ..constructors import new_media_ref, new_record
 from ..invalid import invalid_record
 from ..parts import MAX_METADATA_DEPTH, MEDIA_TYPES, content_part, media_list, too_deep
 from ..placeholders import expand_placeholders
+from ..usable import unusable
 
 _MISSING = object()
 
@@ -72,7 +73,8 @@ def fast_record(obj: Any, line: int) -> Record | None:
     """The common well-formed Nemotron record, normalised with as little work as possible.
 
     Returns None whenever anything is unusual (another form, a wrong type, an unknown part, a reference
-    that needs the full check): the registered forms then decide, with the precise reason.
+    that needs the full check, a conversation no trainer can use): the registered forms then decide, with
+    the precise reason.
     """
     if type(obj) is not dict:
         return None
@@ -100,6 +102,8 @@ def fast_record(obj: Any, line: int) -> Record | None:
         if parts is None:
             return None
         out.append({"role": role, "content": parts})
+    if unusable(out) is not None:
+        return None  # the full path raises the reason
     return new_record(sid, line, out, tuple(media))
 
 

@@ -6,13 +6,17 @@ and one entry below.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from .base import SampleFormat
+from .chatml import BridgeFormat
 from .crude import CrudeFormat
 
-__all__ = ["DEFAULT_FORMAT", "FORMATS", "get_format"]
+__all__ = ["DEFAULT_FORMAT", "FORMATS", "format_of_dataset", "get_format"]
 
-FORMATS: dict[str, SampleFormat] = {fmt.name: fmt for fmt in (CrudeFormat(),)}
-DEFAULT_FORMAT = CrudeFormat.name
+FORMATS: dict[str, SampleFormat] = {fmt.name: fmt for fmt in (BridgeFormat(), CrudeFormat())}
+#: Megatron-Bridge's ``ChatMLWebdataset``: what Bridge's VLM recipes read with no vlmforge code.
+DEFAULT_FORMAT = BridgeFormat.name
 
 
 def get_format(name: str) -> SampleFormat:
@@ -21,3 +25,14 @@ def get_format(name: str) -> SampleFormat:
         return FORMATS[name]
     except KeyError:
         raise ValueError(f"unknown sample format {name!r}; known: {', '.join(sorted(FORMATS))}") from None
+
+
+def format_of_dataset(dataset: Path) -> SampleFormat:
+    """The registered format whose ``dataset.yaml`` ``dataset`` ships; ValueError when none matches."""
+    text = (Path(dataset) / ".nv-meta" / "dataset.yaml").read_text(encoding="utf-8")
+    for fmt in FORMATS.values():
+        if fmt.dataset_yaml == text:
+            return fmt
+    raise ValueError(
+        f"{dataset}: .nv-meta/dataset.yaml is not one of vlmforge's formats ({', '.join(FORMATS)})"
+    )

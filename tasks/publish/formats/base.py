@@ -35,8 +35,20 @@ class SampleFormat(ABC):
     name: ClassVar[str]
     #: ``.nv-meta/dataset.yaml``: the Energon class that loads the shards (and its options).
     dataset_yaml: ClassVar[str]
+    #: Further ``.nv-meta`` files (name -> text) the format ships, e.g. a config for its own read-back.
+    extra_configs: ClassVar[dict[str, str]] = {}
+    #: The ``.nv-meta`` config vlmforge's read-back loads (None: ``dataset.yaml``).
+    read_config: ClassVar[str | None] = None
 
     @abstractmethod
     def encode(self, record: dict[str, Any], media: tuple[MediaPart, ...]) -> TarParts:
         """The tar members of a sample with this vlmforge ``record`` and its ``media`` (in order of
         appearance). Must be deterministic: the shard's bytes depend only on what this returns."""
+
+    def read_encoder(self) -> Any:
+        """The Energon task encoder vlmforge's read-back loads :attr:`read_config` with: it yields
+        :class:`vlmforge.energon.ChatSample` (``parts``: media part names, ``record``: the vlmforge record)
+        and raises on a sample that does not parse. Needs megatron-energon, never the trainer's packages."""
+        from ....energon import ChatTaskEncoder
+
+        return ChatTaskEncoder()
