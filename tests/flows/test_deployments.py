@@ -135,7 +135,11 @@ def test_deployments_register_and_run_through_a_worker(
     out = tmp_path / "out"
     subsets = ["photo_vqa", "video_qa"]
     run_params = {
-        "cfg": {"release": str(sample_release), "out": str(out), "max_reject_rate": 0.9, "subsets": subsets}
+        "cfg": {
+            "out": str(out),
+            "source": {"release": str(sample_release), "subsets": subsets},
+            "gate": {"max_reject_rate": 0.9},
+        }
     }
     run_id, run_log = _run_deployment(env, "vlmforge-run/sample-release", run_params)
     validate_id, validate_log = _run_deployment(

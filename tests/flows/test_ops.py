@@ -42,7 +42,7 @@ def test_prefect_yaml_parameters_validate_against_the_flows() -> None:
         "vlmforge-validate/nemotron-v3-validate",
     }
     full = next(d for d in doc["deployments"] if d["name"] == "nemotron-v3-full")
-    assert "@" in full["parameters"]["cfg"]["release"]  # a pinned revision
+    assert "@" in full["parameters"]["cfg"]["source"]["release"]  # a pinned revision
 
 
 def test_ray_up_config_passes_rays_schema(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -200,7 +200,7 @@ def test_refresh_mix_and_validate_flows(
     assert "./photo_vqa" in meta and "./bad_rows" not in meta
     runs = sorted((out / "runs").glob("*.json"))
     assert len(runs) == 2
-    rerun = json.loads(runs[-1].read_text())["config"]
+    rerun = RunConfig.flatten(json.loads(runs[-1].read_text())["config"])
     assert rerun["subsets"] == ["photo_vqa"]
     assert (rerun["batch_lines"], rerun["max_reject_rate"]) == (4, 0.9)  # the last run's options
     plan = _artifact("vlmforge-refresh")

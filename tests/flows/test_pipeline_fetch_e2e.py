@@ -100,7 +100,7 @@ def test_remote_media_are_fetched_once_and_the_run_reconciles(prefect_harness: N
         assert subsets["skip_gate"] is True and subsets["published"] is True
         assert subsets["media_recipe_sha256"]  # a recipe change is visible to `vlmforge refresh`
         run = json.loads(next((Path(cfg.out) / "runs").glob("*.json")).read_text())
-        assert run["config"]["skip_gate"] is True
+        assert run["config"]["gate"]["skip_gate"] is True
 
         again = _run(cfg)
         assert again.subsets[0].stats.skipped_batches == again.subsets[0].stats.batches
