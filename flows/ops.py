@@ -24,8 +24,9 @@ from ..tasks.manifests import OutputLayout
 from ..tasks.ops.mix.plan import MixPlan
 from ..tasks.publish.listing import published_subsets
 from ..tasks.publish.report import ValidationReport
-from .pipeline import RunSummary, run_release
+from .pipeline import run_release
 from .runtime import LoopbackRayTaskRunner
+from .summary import RunSummary
 
 __all__ = [
     "RefreshResult",

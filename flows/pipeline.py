@@ -6,10 +6,11 @@ Prefect's RayTaskRunner in bounded waves, so the Prefect API sees hundreds of ta
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from prefect import flow, get_run_logger, task
@@ -32,10 +33,8 @@ from ..tasks.catalog.revision import release_revision
 from ..tasks.errors import ReleaseError
 from ..tasks.fetch.recipe_files import find_recipe
 from ..tasks.gate.check import gate_subset
-from ..tasks.gate.docs import build_data_docs
 from ..tasks.gate.params import load_overrides
-from ..tasks.gate.report import quality_markdown
-from ..tasks.gate.results import GateResult, load_run, record_gate, record_run
+from ..tasks.gate.results import GateResult, record_gate, record_run
 from ..tasks.gate.shards import ShardsGateFailed, shards_check
 from ..tasks.manifests import OutputLayout, remove_parts_from
 from ..tasks.ops.stats.stage_times import RUN_WIDE, StageTime, batch_stage_times, write_stage_times
@@ -44,39 +43,7 @@ from ..tasks.publish.validate import validate_subset
 from ..tasks.storage import ContentStore, OutputFullError, atomic_write_bytes
 from . import progress
 from .runtime import LoopbackRayTaskRunner
-
-
-@dataclass
-class SubsetOutcome:
-    subset: str
-    license: str
-    stats: BatchStats
-    gate: str = "not run"
-    published: bool = False
-    shards: int = 0
-    validation: str = "not run"
-    error: str | None = None
-
-
-@dataclass
-class RunSummary:
-    run_id: str
-    out: str
-    subsets: list[SubsetOutcome] = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def failed(self) -> list[str]:
-        return [s.subset for s in self.subsets if not s.published]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "out": self.out,
-            "seconds": self.seconds,
-            "subsets": [asdict(s) for s in self.subsets],
-            "failed": self.failed,
-        }
+from .summary import RunSummary, SubsetOutcome, failures_markdown, publish_quality, summary_markdown
 
 
 def _not_disk_full(task: Any, task_run: Any, state: Any) -> bool:
@@ -210,25 +177,6 @@ def _outcome_columns(o: SubsetOutcome, cfg: RunConfig) -> dict[str, Any]:
     }
 
 
-def summary_markdown(summary: RunSummary) -> str:
-    lines = [
-        f"# vlmforge run {summary.run_id}",
-        "",
-        "| subset | license | rows | ok | rejected | dropped | images | videos | text tokens | visual tokens"
-        " | gate | published | shards | validation | fetched | fetch failed |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|---:|---:|",
-    ]
-    for s in summary.subsets:
-        st = s.stats
-        gate = s.gate.replace("|", "/")[:300]
-        lines.append(
-            f"| {s.subset} | {s.license} | {st.lines} | {st.ok} | {st.rejected} | {st.dropped} | {st.images}"
-            f" | {st.videos} | {st.text_tokens} | {st.visual_tokens} | {gate} | {s.published} | {s.shards}"
-            f" | {s.validation} | {st.fetched} | {st.fetch_failed} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
 def _catalog(cfg: RunConfig) -> list[SubsetEntry]:
     fingerprints = {}
     for subset in cfg.source.subsets:  # unnamed subsets get theirs below, once the catalog has listed them
@@ -276,8 +224,6 @@ def _stage_source(cfg: RunConfig) -> tuple[RunConfig, StagedRelease | None]:
 
 def _as_released(entries: list[SubsetEntry], cfg: RunConfig) -> list[SubsetEntry]:
     """Entries of a staged release name the source as given (release, revision), not the staging folder."""
-    import dataclasses
-
     revision = release_revision(cfg.source.release)
     return [
         dataclasses.replace(e, release=cfg.source.release, revision=revision or e.revision) for e in entries
@@ -285,47 +231,10 @@ def _as_released(entries: list[SubsetEntry], cfg: RunConfig) -> list[SubsetEntry
 
 
 def _with_recipe_fingerprint(entry: SubsetEntry, cfg: RunConfig) -> SubsetEntry:
-    import dataclasses
-
     recipe = find_recipe(entry.subset, cfg.media.catalogs)
     if recipe is None:
         return entry
     return dataclasses.replace(entry, media_recipe_sha256=recipe_fingerprint(recipe))
-
-
-def _publish_quality(layout: OutputLayout, run_id: str, logger: Any) -> str:
-    """Data Docs of the run and their Markdown summary (for the artifact); never fails the run."""
-    try:
-        docs = build_data_docs(layout, run_id)
-        return quality_markdown(load_run(layout, run_id), docs)
-    except Exception as exc:  # noqa: BLE001 - the gate decided already; the report is a convenience
-        logger.warning("quality report not built: %s: %s", type(exc).__name__, exc)
-        return f"# Quality gate of run {run_id}\n\nreport not built: {type(exc).__name__}: {exc}\n"
-
-
-def failures_markdown(summary: RunSummary) -> str:
-    """Rejected and dropped samples and failed subsets, by class (the first word of each reason)."""
-    import duckdb
-
-    lines = [f"# Failures of run {summary.run_id}", ""]
-    for s in summary.subsets:
-        if s.error or not s.published:
-            lines.append(f"- **{s.subset}** not published: {(s.error or s.gate)[:300]}")
-    try:
-        from ..tasks.ops.query import connect
-
-        con = connect(summary.out)
-        rows = con.execute(
-            "SELECT subset, status, split_part(reason, ':', 1) AS class, count(*) AS n FROM samples "
-            "WHERE status <> 'ok' GROUP BY ALL ORDER BY subset, n DESC"
-        ).fetchall()
-    except (duckdb.Error, OSError, ImportError) as exc:
-        lines.append(f"\n(no manifest query: {exc})")
-        rows = []
-    if rows:
-        lines += ["", "| subset | status | class | samples |", "|---|---|---|---:|"]
-        lines += [f"| {sub} | {st} | {cls} | {n} |" for sub, st, cls, n in rows]
-    return "\n".join(lines) + "\n"
 
 
 @flow(
@@ -336,59 +245,90 @@ def failures_markdown(summary: RunSummary) -> str:
 )
 def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
     """Turn the release ``cfg.source.release`` into manifests and Energon datasets under ``cfg.out``."""
-    logger = get_run_logger()
-    t0 = time.perf_counter()
-    started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    run_id = run_id or time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
-    layout = OutputLayout(cfg.out)
-    times: list[StageTime] = []
-    swept = ContentStore(cfg.store_url).sweep_incoming()
-    if swept:
-        logger.info("store: removed %d partial downloads of killed runs", swept)
-    given = cfg  # recorded with the run; ``cfg`` below reads the staged release when there is one
+    run = _Run.start(cfg, run_id)
+    work, entries, previous = _catalog_stage(run, cfg)
+    summary, to_gate = _batch_stage(run, work, entries)
+    ready = _gate_stage(run, work, to_gate)
+    _publish_stage(run, work, ready)
+    _validate_stage(run, work, summary)
+    _report(run, cfg, summary, entries, previous)
+    return summary
+
+
+@dataclass
+class _Run:
+    """What the steps of one run share: its id, output, clock and stage times."""
+
+    run_id: str
+    layout: OutputLayout
+    logger: Any
+    t0: float
+    started_at: str
+    times: list[StageTime] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, cfg: RunConfig, run_id: str | None) -> _Run:
+        run = cls(
+            run_id=run_id or time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6],
+            layout=OutputLayout(cfg.out),
+            logger=get_run_logger(),
+            t0=time.perf_counter(),
+            started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        )
+        swept = ContentStore(cfg.store_url).sweep_incoming()
+        if swept:
+            run.logger.info("store: removed %d partial downloads of killed runs", swept)
+        return run
+
+    def timed(self, stage: str, since: float, count: int, unit: str) -> None:
+        self.times.append(StageTime(RUN_WIDE, stage, time.perf_counter() - since, count, unit))
+
+
+def _catalog_stage(run: _Run, given: RunConfig) -> tuple[RunConfig, list[SubsetEntry], dict[str, Any]]:
+    """Stage a benchmark-set layout (if any), catalog the release, record the run; returns the config the
+    work reads (the staged release when there is one), the entries and the previous catalog."""
     tick = time.perf_counter()
     cfg, staged = _stage_source(given)
     if staged is not None:
         for st in staged.stats:
-            times.append(
+            bytes_read = st.bytes_stored + st.archive_bytes_read
+            run.times.append(
                 StageTime(
-                    st.subset,
-                    "staging",
-                    st.seconds,
-                    st.rows,
-                    "rows",
-                    st.bytes_stored + st.archive_bytes_read,
-                    None,
-                    int(st.skipped),
-                )  # fmt: skip
+                    st.subset, "staging", st.seconds, st.rows, "rows", bytes_read, None, int(st.skipped)
+                )
             )
-            logger.info("staging %s: %s", st.subset, "current, skipped" if st.skipped else st)
-        times.append(StageTime(RUN_WIDE, "staging", time.perf_counter() - tick, len(staged.stats), "subsets"))
+            run.logger.info("staging %s: %s", st.subset, "current, skipped" if st.skipped else st)
+        run.timed("staging", tick, len(staged.stats), "subsets")
     tick = time.perf_counter()
     entries = _catalog(cfg)
     if staged is not None:
         entries = _as_released(entries, given)
     entries, excluded = split_by_license(entries, cfg.source.license_allow)
     for subset, why in excluded:
-        logger.warning("skipping %s: %s", subset, why)
-    logger.info("catalog: %d subsets, %d rows", len(entries), sum(e.rows for e in entries))
-    previous = read_previous_catalog(layout)
+        run.logger.warning("skipping %s: %s", subset, why)
+    run.logger.info("catalog: %d subsets, %d rows", len(entries), sum(e.rows for e in entries))
+    previous = read_previous_catalog(run.layout)
     for e in entries:  # a shorter JSONL than last time leaves parts that no batch owns any more
-        remove_parts_from(layout, e.subset, len(e.batch_offsets) - 1)
+        remove_parts_from(run.layout, e.subset, len(e.batch_offsets) - 1)
     overrides = load_overrides(cfg.gate.gate_overrides)  # a bad override file fails before any work
-    record_run(
-        layout, run_id, subsets=[e.subset for e in entries], skip_gate=cfg.gate.skip_gate, overrides=overrides
-    )
-    times.append(StageTime(RUN_WIDE, "catalog", time.perf_counter() - tick, len(entries), "subsets"))
+    subsets = [e.subset for e in entries]
+    record_run(run.layout, run.run_id, subsets=subsets, skip_gate=cfg.gate.skip_gate, overrides=overrides)
+    run.timed("catalog", tick, len(entries), "subsets")
+    return cfg, entries, previous
 
+
+def _batch_stage(
+    run: _Run, cfg: RunConfig, entries: list[SubsetEntry]
+) -> tuple[RunSummary, list[tuple[SubsetEntry, SubsetOutcome]]]:
+    """Every batch of every subset; the run's summary, and the subsets whose batches all completed."""
     tick = time.perf_counter()
     totals = _run_batches(entries, cfg)
     lines = sum(t.lines for t in totals.values() if isinstance(t, BatchStats))
-    times.append(StageTime(RUN_WIDE, "batches", time.perf_counter() - tick, lines, "rows"))
+    run.timed("batches", tick, lines, "rows")
     for subset, res in totals.items():
         if isinstance(res, BatchStats):
-            times.extend(batch_stage_times(subset, res))
-    summary = RunSummary(run_id=run_id, out=cfg.out)
+            run.times.extend(batch_stage_times(subset, res))
+    summary = RunSummary(run_id=run.run_id, out=cfg.out)
     to_gate: list[tuple[SubsetEntry, SubsetOutcome]] = []
     for e in entries:
         res = totals[e.subset]
@@ -398,10 +338,16 @@ def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
             outcome.error, outcome.gate = res, f"not run ({res})"
             continue
         to_gate.append((e, outcome))
+    return summary, to_gate
 
+
+def _gate_stage(
+    run: _Run, cfg: RunConfig, to_gate: list[tuple[SubsetEntry, SubsetOutcome]]
+) -> list[tuple[SubsetEntry, SubsetOutcome]]:
+    """The quality gate of each subset (in parallel); returns the subsets to publish."""
     tick = time.perf_counter()
     to_publish: list[tuple[SubsetEntry, SubsetOutcome]] = []
-    gates = [] if cfg.gate.skip_gate else [(e, o, gate_task.submit(cfg, e, run_id)) for e, o in to_gate]
+    gates = [] if cfg.gate.skip_gate else [(e, o, gate_task.submit(cfg, e, run.run_id)) for e, o in to_gate]
     progress.stage("gate", len(gates))
     for e, o in to_gate if cfg.gate.skip_gate else []:
         o.gate = "skipped (--skip-gate)"
@@ -416,7 +362,7 @@ def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
             progress.advance("gate")
         o.gate = gate.summary()
         if not gate.passed:
-            logger.warning("gate failed for %s: %s", e.subset, o.gate)
+            run.logger.warning("gate failed for %s: %s", e.subset, o.gate)
             continue
         to_publish.append((e, o))
     ready = []
@@ -425,10 +371,14 @@ def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
             o.gate += " (nothing to publish: no ok samples)"
         else:
             ready.append((e, o))
+    run.timed("gate", tick, len(to_gate), "subsets")
+    return ready
 
-    times.append(StageTime(RUN_WIDE, "gate", time.perf_counter() - tick, len(to_gate), "subsets"))
+
+def _publish_stage(run: _Run, cfg: RunConfig, ready: list[tuple[SubsetEntry, SubsetOutcome]]) -> None:
+    """Each ready subset's Energon dataset (in parallel), swapped in whole."""
     tick = time.perf_counter()
-    publishing = [(o, publish_task.submit(cfg, e.subset, run_id)) for e, o in ready]
+    publishing = [(o, publish_task.submit(cfg, e.subset, run.run_id)) for e, o in ready]
     progress.stage("publish", len(publishing))
     for o, pfut in publishing:
         try:
@@ -442,8 +392,11 @@ def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
         finally:
             progress.advance("publish")
         o.published, o.shards = True, pub.shards
-    published = sum(o.published for o in summary.subsets)
-    times.append(StageTime(RUN_WIDE, "publish", time.perf_counter() - tick, published, "subsets"))
+    run.timed("publish", tick, sum(o.published for _, o in ready), "subsets")
+
+
+def _validate_stage(run: _Run, cfg: RunConfig, summary: RunSummary) -> None:
+    """Read every published dataset back as a trainer would, then write the metadataset over them."""
     tick = time.perf_counter()
     checks = [(o, validate_task.submit(cfg.out, o.subset)) for o in summary.subsets if o.published]
     progress.stage("validate", len(checks))
@@ -454,42 +407,44 @@ def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
             o.validation = f"failed: {type(exc).__name__}: {exc}"
         progress.advance("validate")
         if o.validation != "ok":
-            logger.warning("validation of %s: %s", o.subset, o.validation)
-    times.append(StageTime(RUN_WIDE, "validate", time.perf_counter() - tick, len(checks), "subsets"))
-    publish_metadataset(layout)
+            run.logger.warning("validation of %s: %s", o.subset, o.validation)
+    run.timed("validate", tick, len(checks), "subsets")
+    publish_metadataset(run.layout)
+
+
+def _report(
+    run: _Run, given: RunConfig, summary: RunSummary, entries: list[SubsetEntry], previous: dict[str, Any]
+) -> None:
+    """The subsets table, stage times, the run record (the options as given) and the Prefect artifacts."""
     by_name = {e.subset: e for e in entries}
     for o in summary.subsets:
-        e = by_name[o.subset]
-        row = catalog_columns(e, previous.get(o.subset), run_id=run_id) | _outcome_columns(o, cfg)
-        write_subsets_row(layout, row)
-
-    summary.seconds = time.perf_counter() - t0
-    times.append(
-        StageTime(RUN_WIDE, "run", summary.seconds, sum(o.stats.lines for o in summary.subsets), "rows")
-    )
+        row = catalog_columns(by_name[o.subset], previous.get(o.subset), run_id=run.run_id)
+        write_subsets_row(run.layout, row | _outcome_columns(o, given))
+    summary.seconds = time.perf_counter() - run.t0
+    rows = sum(o.stats.lines for o in summary.subsets)
+    run.times.append(StageTime(RUN_WIDE, "run", summary.seconds, rows, "rows"))
     write_stage_times(
-        cfg.out, run_id, times, started_at=started_at, source_format=given.source.source_format
+        given.out, run.run_id, run.times, started_at=run.started_at, source_format=given.source.source_format
     )  # before the run record: a run with a record has its stage times
+    record = {"config": given.model_dump(mode="json"), "summary": summary.to_dict()}
     atomic_write_bytes(
-        layout.fs,
-        f"{layout.root}/runs/{run_id}.json",
-        json.dumps(
-            {"config": given.model_dump(mode="json"), "summary": summary.to_dict()}, indent=1, default=str
-        ).encode(),
+        run.layout.fs,
+        f"{run.layout.root}/runs/{run.run_id}.json",
+        json.dumps(record, indent=1, default=str).encode(),
     )
+    rid = run.run_id
     create_markdown_artifact(
         key="vlmforge-run-summary",
         markdown=summary_markdown(summary),
-        description=f"per-subset counts and tokens of run {run_id}",
+        description=f"per-subset counts and tokens of run {rid}",
     )
     create_markdown_artifact(
         key="vlmforge-quality",
-        markdown=_publish_quality(layout, run_id, logger),
-        description=f"quality gate results of run {run_id} (Data Docs linked)",
+        markdown=publish_quality(run.layout, rid, run.logger),
+        description=f"quality gate results of run {rid} (Data Docs linked)",
     )
     create_markdown_artifact(
         key="vlmforge-failures",
         markdown=failures_markdown(summary),
-        description=f"rejected and dropped samples by class, run {run_id}",
+        description=f"rejected and dropped samples by class, run {rid}",
     )
-    return summary

@@ -1,16 +1,56 @@
-"""The summary table printed at the end of ``vlmforge run`` and ``vlmforge refresh``."""
+"""What a run reports: its per-subset outcome (:class:`RunSummary`), the table printed at the end of
+``vlmforge run`` and ``vlmforge refresh``, and the Markdown of the run's Prefect artifacts."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
+import duckdb
 from rich.console import Console
 from rich.table import Table
 
-if TYPE_CHECKING:  # the flow module imports Prefect: not needed to print a table
-    from .pipeline import RunSummary
+from ..tasks.batch.stats import BatchStats
+from ..tasks.gate.docs import build_data_docs
+from ..tasks.gate.report import quality_markdown
+from ..tasks.gate.results import load_run
+from ..tasks.manifests import OutputLayout
+from ..tasks.ops.query import connect
 
 console = Console()
+
+
+@dataclass
+class SubsetOutcome:
+    subset: str
+    license: str
+    stats: BatchStats
+    gate: str = "not run"
+    published: bool = False
+    shards: int = 0
+    validation: str = "not run"
+    error: str | None = None
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    out: str
+    subsets: list[SubsetOutcome] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> list[str]:
+        return [s.subset for s in self.subsets if not s.published]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "out": self.out,
+            "seconds": self.seconds,
+            "subsets": [asdict(s) for s in self.subsets],
+            "failed": self.failed,
+        }
 
 
 def print_summary(summary: RunSummary) -> None:
@@ -51,3 +91,53 @@ def print_summary(summary: RunSummary) -> None:
             gate,
         )
     console.print(t)
+
+
+def summary_markdown(summary: RunSummary) -> str:
+    lines = [
+        f"# vlmforge run {summary.run_id}",
+        "",
+        "| subset | license | rows | ok | rejected | dropped | images | videos | text tokens | visual tokens"
+        " | gate | published | shards | validation | fetched | fetch failed |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|---:|---:|",
+    ]
+    for s in summary.subsets:
+        st = s.stats
+        gate = s.gate.replace("|", "/")[:300]
+        lines.append(
+            f"| {s.subset} | {s.license} | {st.lines} | {st.ok} | {st.rejected} | {st.dropped} | {st.images}"
+            f" | {st.videos} | {st.text_tokens} | {st.visual_tokens} | {gate} | {s.published} | {s.shards}"
+            f" | {s.validation} | {st.fetched} | {st.fetch_failed} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def publish_quality(layout: OutputLayout, run_id: str, logger: Any) -> str:
+    """Data Docs of the run and their Markdown summary (for the artifact); never fails the run."""
+    try:
+        docs = build_data_docs(layout, run_id)
+        return quality_markdown(load_run(layout, run_id), docs)
+    except Exception as exc:  # noqa: BLE001 - the gate decided already; the report is a convenience
+        logger.warning("quality report not built: %s: %s", type(exc).__name__, exc)
+        return f"# Quality gate of run {run_id}\n\nreport not built: {type(exc).__name__}: {exc}\n"
+
+
+def failures_markdown(summary: RunSummary) -> str:
+    """Rejected and dropped samples and failed subsets, by class (the first word of each reason)."""
+    lines = [f"# Failures of run {summary.run_id}", ""]
+    for s in summary.subsets:
+        if s.error or not s.published:
+            lines.append(f"- **{s.subset}** not published: {(s.error or s.gate)[:300]}")
+    try:
+        con = connect(summary.out)
+        rows = con.execute(
+            "SELECT subset, status, split_part(reason, ':', 1) AS class, count(*) AS n FROM samples "
+            "WHERE status <> 'ok' GROUP BY ALL ORDER BY subset, n DESC"
+        ).fetchall()
+    except (duckdb.Error, OSError, ImportError) as exc:
+        lines.append(f"\n(no manifest query: {exc})")
+        rows = []
+    if rows:
+        lines += ["", "| subset | status | class | samples |", "|---|---|---|---:|"]
+        lines += [f"| {sub} | {st} | {cls} | {n} |" for sub, st, cls, n in rows]
+    return "\n".join(lines) + "\n"
