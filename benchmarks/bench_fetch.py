@@ -135,7 +135,7 @@ def run_measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[flo
 
 def _vlmforge_batch(args: tuple[list[str], str, int, int]) -> tuple[int, int]:
     """One batch as the pipeline runs it: the batch's fetch in the background, each image verified, resized
-    and stored as soon as it has arrived (tasks/build_batch.py does the same)."""
+    and stored as soon as it has arrived (tasks/batch/media_step.py does the same)."""
     urls, store_dir, max_pixels, threads = args
     from vlmforge.schemas.recipes import parse_recipe
     from vlmforge.tasks.fetch.acquire import FetchStream, read_outcome

@@ -128,7 +128,7 @@ class ModelPreset(BaseModel):
     # "qwen2" = built-in exact Qwen vocabulary (qwen.tiktoken); a path = a tokenizer.json or a model folder;
     # None = no redistributable vocabulary: text counts need --tokenizer
     tokenizer: str | None = "qwen2"
-    # single tokens of the built-in vocabulary (None: the Qwen2-VL / Qwen3 list, see tasks/tokens.py)
+    # single tokens of the built-in vocabulary (None: the Qwen2-VL / Qwen3 list, see tasks/tokens/text.py)
     special_tokens: tuple[str, ...] | None = None
     # a Jinja chat template (transformers semantics); None = the family's built-in ChatML renderer
     chat_template: str | None = None

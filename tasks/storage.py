@@ -120,7 +120,7 @@ class ContentStore:
         data: bytes = self.fs.cat_file(self.path(sha256))
         return data
 
-    # --- Used by the fetch stage (tasks/fetch.py): objects streamed in, the upstream index, local locks. ---
+    # --- Used by the fetch stage (tasks/fetch/): objects streamed in, the upstream index, local locks. ---
 
     @property
     def local(self) -> bool:
