@@ -127,6 +127,13 @@ def run(
         int, typer.Option(help="decompression-bomb limit, checked from the header")
     ] = 256_000_000,
     image_format: Annotated[str, typer.Option(help="keep | jpeg | webp | png")] = "keep",
+    accept_image_format: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--accept-image-format",
+            help="also accept images in this Pillow format (XPM, FITS, ...; repeatable; list in README)",
+        ),
+    ] = None,
     val_fraction: Annotated[float, typer.Option(help="share of samples in the val split")] = 0.0,
     max_reject_rate: Annotated[float, typer.Option(help="gate: highest reject rate a subset may have")] = 0.5,
     skip_gate: Annotated[bool, typer.Option(help="publish without the quality gate (debugging)")] = False,
@@ -150,6 +157,7 @@ def run(
     from ..schemas.config import RunConfig
     from ..tasks.catalog.refresh import parse_license_allow
     from ..tasks.catalog.storage_options import parse_storage_options
+    from ..tasks.media.formats import accepted_image_formats
     from ..tasks.publish.rolling import parse_size
 
     try:
@@ -183,6 +191,7 @@ def run(
             video_max_pixels=video_max_pixels,
             max_image_pixels=max_image_pixels,
             image_format=image_format,
+            extra_image_formats=tuple(accept_image_format or ()),
             val_fraction=val_fraction,
             max_reject_rate=max_reject_rate,
             skip_gate=skip_gate,
@@ -195,10 +204,10 @@ def run(
             num_cpus=num_cpus,
         )
         cfg = RunConfig.of(**_with_trainer(ctx, trainer, options))
+        accepted_image_formats(cfg.media.extra_image_formats)  # an unknown format name fails here
     except Exception as exc:  # pydantic ValidationError: say which option and why
         raise typer.BadParameter(str(exc)) from None
     from ..schemas.presets import load_preset
-    from .pipeline import run_release
     from .runtime import LoopbackRayTaskRunner, embedded_runtime
 
     load_preset(cfg.tokens.model, cfg.tokens.model_dir)  # an unknown model fails before any service starts
@@ -208,12 +217,19 @@ def run(
     for name in ("prefect.flow_runs", "prefect.task_runs"):
         logging.getLogger(name).addFilter(_OwnErrorsWithoutTraceback())
     runner = LoopbackRayTaskRunner(address=cfg.execution.ray_address, num_cpus=cfg.execution.num_cpus)
-    with embedded_runtime(), terminal_progress():
+    # The flow's imports and Ray's start run while the Prefect server boots.
+    with embedded_runtime(runner, while_booting=_import_flow), terminal_progress():
+        from .pipeline import run_release
+
         summary = run_release.with_options(task_runner=runner)(cfg)
     print_summary(summary)
     if summary.failed:
         err.print(f"[red]not published:[/red] {', '.join(summary.failed)} (see the gate column above)")
         raise typer.Exit(1)
+
+
+def _import_flow() -> None:
+    from . import pipeline  # noqa: F401 - imported while the services start
 
 
 def _with_trainer(ctx: typer.Context, trainer: str | None, options: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,9 @@ import dataclasses
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, task
@@ -39,18 +41,21 @@ from ..tasks.gate.shards import ShardsGateFailed, shards_check
 from ..tasks.manifests import OutputLayout, remove_parts_from
 from ..tasks.ops.stats.stage_times import RUN_WIDE, StageTime, batch_stage_times, write_stage_times
 from ..tasks.publish.publish import PublishResult, publish_metadataset, publish_subset
+from ..tasks.publish.splits import EmptyTrainSplitError, metadataset_val_problem, val_split_note
 from ..tasks.publish.validate import validate_subset
 from ..tasks.storage import ContentStore, OutputFullError, atomic_write_bytes
 from . import progress
 from .runtime import LoopbackRayTaskRunner
+from .schedule import GATE, PUBLISH, VALIDATE, StageSpans, SubsetSchedule
 from .summary import RunSummary, SubsetOutcome, failures_markdown, publish_quality, summary_markdown
 
 
 def _not_disk_full(task: Any, task_run: Any, state: Any) -> bool:
-    """Retry a failed batch or publish unless the output volume is full (a retry would fail the same way)."""
+    """Retry a failed batch or publish unless a retry would fail the same way (output volume full, nothing
+    left to train on)."""
     try:
         state.result()
-    except OutputFullError:
+    except (OutputFullError, EmptyTrainSplitError):
         return False
     except Exception:  # noqa: BLE001 - any other failure is worth a retry
         return True
@@ -125,45 +130,6 @@ def _window(cpus: int) -> int:
     return max(2, 2 * cpus)
 
 
-def _run_batches(entries: list[SubsetEntry], cfg: RunConfig) -> dict[str, BatchStats | str]:
-    """Every batch of every subset through a sliding window (a finished batch makes room for the next, so
-    one slow batch never idles the cluster); a subset's error is kept, not raised."""
-    from prefect.futures import PrefectFuture, as_completed
-
-    work = [(e, i) for e in entries for i in range(len(e.batch_offsets) - 1)]
-    cpus = _cluster_cpus(cfg)
-    window = _window(cpus)
-    totals: dict[str, BatchStats | str] = {e.subset: BatchStats() for e in entries}
-    progress.stage("batches", len(work))
-    todo = iter(work)
-    pending: dict[PrefectFuture[BatchStats], SubsetEntry] = {}
-
-    def submit_next() -> None:
-        for e, i in todo:
-            # as many batches fetch at once as the cluster has CPUs: they split the per-host limits
-            pending[build_batch_task.submit(e, i, len(e.batch_offsets) - 1, cfg, cpus)] = e
-            return
-
-    for _ in range(window):
-        submit_next()
-    while pending:
-        fut = next(as_completed(list(pending)))
-        e = pending.pop(fut)
-        submit_next()
-        progress.advance("batches")
-        try:
-            res = fut.result()
-        except Exception as exc:  # noqa: BLE001 - one subset's failure must not stop the others
-            if isinstance(exc, OutputFullError):  # no other batch can succeed either: stop, resume later
-                raise
-            totals[e.subset] = f"batch failed: {type(exc).__name__}: {exc}"
-            continue
-        prev = totals[e.subset]
-        if isinstance(prev, BatchStats):
-            totals[e.subset] = prev + res
-    return totals
-
-
 def _outcome_columns(o: SubsetOutcome, cfg: RunConfig) -> dict[str, Any]:
     return {
         "ok": o.stats.ok,
@@ -189,6 +155,8 @@ def _catalog(cfg: RunConfig) -> list[SubsetEntry]:
         batch_lines=cfg.batches.batch_lines,
         storage_options=cfg.source.storage_options,
         recipe_fingerprints=fingerprints or None,
+        batch_media=cfg.batches.batch_media,
+        min_batches=_window(_cluster_cpus(cfg)),  # a small subset still gives every core work to the end
     )
     if not cfg.source.subsets:
         entries = [_with_recipe_fingerprint(e, cfg) for e in entries]
@@ -247,12 +215,26 @@ def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
     """Turn the release ``cfg.source.release`` into manifests and Energon datasets under ``cfg.out``."""
     run = _Run.start(cfg, run_id)
     work, entries, previous = _catalog_stage(run, cfg)
-    summary, to_gate = _batch_stage(run, work, entries)
-    ready = _gate_stage(run, work, to_gate)
-    _publish_stage(run, work, ready)
-    _validate_stage(run, work, summary)
+    summary = RunSummary(run_id=run.run_id, out=work.out)
+    summary.subsets = [SubsetOutcome(e.subset, e.license, BatchStats()) for e in entries]
+    _work_stage(run, work, entries, summary)
+    publish_metadataset(run.layout)
+    _note_empty_splits(run, work, summary)
     _report(run, cfg, summary, entries, previous)
     return summary
+
+
+def _note_empty_splits(run: _Run, cfg: RunConfig, summary: RunSummary) -> None:
+    """A published subset without val samples is noted (its gate column); a metadataset without any val
+    split, while ``--val-fraction`` asks for one, is warned of (see tasks/publish/splits.py)."""
+    energon, fraction = Path(run.layout.energon), cfg.batches.val_fraction
+    for o in summary.subsets:
+        note = val_split_note(energon / o.subset, fraction) if o.published else None
+        if note:
+            o.gate += f" ({note})"
+    problem = metadataset_val_problem(energon, fraction)
+    if problem:
+        run.logger.warning(problem)
 
 
 @dataclass
@@ -317,99 +299,164 @@ def _catalog_stage(run: _Run, given: RunConfig) -> tuple[RunConfig, list[SubsetE
     return cfg, entries, previous
 
 
-def _batch_stage(
-    run: _Run, cfg: RunConfig, entries: list[SubsetEntry]
-) -> tuple[RunSummary, list[tuple[SubsetEntry, SubsetOutcome]]]:
-    """Every batch of every subset; the run's summary, and the subsets whose batches all completed."""
-    tick = time.perf_counter()
-    totals = _run_batches(entries, cfg)
-    lines = sum(t.lines for t in totals.values() if isinstance(t, BatchStats))
-    run.timed("batches", tick, lines, "rows")
-    for subset, res in totals.items():
-        if isinstance(res, BatchStats):
-            run.times.extend(batch_stage_times(subset, res))
-    summary = RunSummary(run_id=run.run_id, out=cfg.out)
-    to_gate: list[tuple[SubsetEntry, SubsetOutcome]] = []
-    for e in entries:
-        res = totals[e.subset]
-        outcome = SubsetOutcome(e.subset, e.license, res if isinstance(res, BatchStats) else BatchStats())
-        summary.subsets.append(outcome)
-        if isinstance(res, str):
-            outcome.error, outcome.gate = res, f"not run ({res})"
-            continue
-        to_gate.append((e, outcome))
-    return summary, to_gate
+@dataclass
+class _Pending:
+    """A submitted task the work loop waits for: its kind, its subset's entry and outcome."""
+
+    kind: str
+    entry: SubsetEntry
+    outcome: SubsetOutcome
 
 
-def _gate_stage(
-    run: _Run, cfg: RunConfig, to_gate: list[tuple[SubsetEntry, SubsetOutcome]]
-) -> list[tuple[SubsetEntry, SubsetOutcome]]:
-    """The quality gate of each subset (in parallel); returns the subsets to publish."""
-    tick = time.perf_counter()
-    to_publish: list[tuple[SubsetEntry, SubsetOutcome]] = []
-    gates = [] if cfg.gate.skip_gate else [(e, o, gate_task.submit(cfg, e, run.run_id)) for e, o in to_gate]
-    progress.stage("gate", len(gates))
-    for e, o in to_gate if cfg.gate.skip_gate else []:
-        o.gate = "skipped (--skip-gate)"
-        to_publish.append((e, o))
-    for e, o, fut in gates:
-        try:
-            gate = fut.result()
-        except Exception as exc:  # noqa: BLE001 - a broken gate holds the subset back, others go on
-            o.gate = f"not run ({type(exc).__name__}: {exc})"
-            continue
-        finally:
-            progress.advance("gate")
-        o.gate = gate.summary()
-        if not gate.passed:
-            run.logger.warning("gate failed for %s: %s", e.subset, o.gate)
-            continue
-        to_publish.append((e, o))
-    ready = []
-    for e, o in to_publish:
-        if o.stats.ok == 0:
-            o.gate += " (nothing to publish: no ok samples)"
+def _work_stage(run: _Run, cfg: RunConfig, entries: list[SubsetEntry], summary: RunSummary) -> None:
+    """Every batch of every subset through a sliding window (a finished batch makes room for the next, so
+    one slow batch never idles the cluster); a subset's gate, publish and read-back start as soon as its own
+    batches are done, while other subsets' batches still run. A subset's error is kept, not raised."""
+    from prefect.futures import PrefectFuture, as_completed
+
+    outcomes = {o.subset: o for o in summary.subsets}
+    by_name = {e.subset: e for e in entries}
+    schedule = SubsetSchedule(
+        ((e.subset, len(e.batch_offsets) - 1) for e in entries), skip_gate=cfg.gate.skip_gate
+    )
+    work = [(e, i) for e in entries for i in range(len(e.batch_offsets) - 1)]
+    cpus = _cluster_cpus(cfg)
+    clock = StageSpans()
+    pending: dict[PrefectFuture[Any], _Pending] = {}
+    in_flight = [0]  # batches submitted and not yet finished
+    progress.stage("batches", len(work))
+    todo = iter(work)
+
+    def submit(kind: str, e: SubsetEntry) -> None:
+        if clock.started(kind) and kind != "batches":
+            progress.stage(kind, len(entries))
+        start: dict[str, Callable[[], PrefectFuture[Any]]] = {
+            GATE: lambda: gate_task.submit(cfg, e, run.run_id),
+            PUBLISH: lambda: publish_task.submit(cfg, e.subset, run.run_id),
+            VALIDATE: lambda: validate_task.submit(cfg.out, e.subset),
+        }
+        fut = start[kind]()
+        pending[fut] = _Pending(kind, e, outcomes[e.subset])
+
+    def fill_window() -> None:
+        while in_flight[0] < _window(cpus):
+            item = next(todo, None)
+            if item is None:
+                return
+            e, i = item
+            clock.started("batches")
+            # as many batches fetch at once as the cluster has CPUs: they split the per-host limits
+            fut = build_batch_task.submit(e, i, len(e.batch_offsets) - 1, cfg, cpus)
+            pending[fut] = _Pending("batches", e, outcomes[e.subset])
+            in_flight[0] += 1
+
+    def then(stage: str | None, e: SubsetEntry) -> None:
+        if stage is not None:
+            submit(stage, e)
+
+    for subset in schedule.ready_now():  # no batch at all (an empty JSONL)
+        then(_batches_done(run, schedule, outcomes[subset], subset, cfg), by_name[subset])
+    fill_window()
+    while pending:
+        fut = next(as_completed(list(pending)))
+        p = pending.pop(fut)
+        if p.kind == "batches":
+            in_flight[0] -= 1
+            fill_window()
+            then(_batch_finished(run, schedule, fut, p, cfg, clock), p.entry)
+        elif p.kind == GATE:
+            then(_gate_finished(run, schedule, fut, p, clock), p.entry)
+        elif p.kind == PUBLISH:
+            then(_publish_finished(schedule, fut, p, clock), p.entry)
         else:
-            ready.append((e, o))
-    run.timed("gate", tick, len(to_gate), "subsets")
-    return ready
+            _validate_finished(run, schedule, fut, p, clock)
+    run.times.extend(clock.times())
+    summary.events = schedule.events
 
 
-def _publish_stage(run: _Run, cfg: RunConfig, ready: list[tuple[SubsetEntry, SubsetOutcome]]) -> None:
-    """Each ready subset's Energon dataset (in parallel), swapped in whole."""
-    tick = time.perf_counter()
-    publishing = [(o, publish_task.submit(cfg, e.subset, run.run_id)) for e, o in ready]
-    progress.stage("publish", len(publishing))
-    for o, pfut in publishing:
-        try:
-            pub = pfut.result()
-        except ShardsGateFailed as exc:
-            o.gate = f"failed: {exc}"
-            continue
-        except Exception as exc:  # noqa: BLE001
-            o.error = f"publish failed: {type(exc).__name__}: {exc}"
-            continue
-        finally:
-            progress.advance("publish")
+def _batch_finished(
+    run: _Run, schedule: SubsetSchedule, fut: Any, p: _Pending, cfg: RunConfig, clock: StageSpans
+) -> str | None:
+    progress.advance("batches")
+    try:
+        res: BatchStats | str = fut.result()
+    except Exception as exc:  # noqa: BLE001 - one subset's failure must not stop the others
+        if isinstance(exc, OutputFullError):  # no other batch can succeed either: stop, resume later
+            raise
+        res = f"batch failed: {type(exc).__name__}: {exc}"
+    clock.finished("batches", res.lines if isinstance(res, BatchStats) else 0)
+    if not schedule.batch_done(p.entry.subset, res):
+        return None
+    return _batches_done(run, schedule, p.outcome, p.entry.subset, cfg)
+
+
+def _batches_done(
+    run: _Run, schedule: SubsetSchedule, o: SubsetOutcome, subset: str, cfg: RunConfig
+) -> str | None:
+    """A subset's last batch is in: its outcome and stage times, and the stage it goes to."""
+    state = schedule.subsets[subset]
+    o.stats = state.stats
+    if state.error is not None:
+        o.error, o.gate = state.error, f"not run ({state.error})"
+    else:
+        run.times.extend(batch_stage_times(subset, state.stats))
+        if cfg.gate.skip_gate:
+            o.gate = "skipped (--skip-gate)"
+    nxt = schedule.batches_finished(subset)
+    if nxt is None and state.error is None and o.stats.ok == 0 and cfg.gate.skip_gate:
+        o.gate += " (nothing to publish: no ok samples)"
+    return nxt
+
+
+def _gate_finished(
+    run: _Run, schedule: SubsetSchedule, fut: Any, p: _Pending, clock: StageSpans
+) -> str | None:
+    o = p.outcome
+    clock.finished(GATE)
+    try:
+        gate = fut.result()
+    except Exception as exc:  # noqa: BLE001 - a broken gate holds the subset back, others go on
+        o.gate = f"not run ({type(exc).__name__}: {exc})"
+        return schedule.gate_done(o.subset, passed=False)
+    finally:
+        progress.advance(GATE)
+    o.gate = gate.summary()
+    if not gate.passed:
+        run.logger.warning("gate failed for %s: %s", o.subset, o.gate)
+    nxt = schedule.gate_done(o.subset, passed=gate.passed)
+    if gate.passed and nxt is None:
+        o.gate += " (nothing to publish: no ok samples)"
+    return nxt
+
+
+def _publish_finished(schedule: SubsetSchedule, fut: Any, p: _Pending, clock: StageSpans) -> str | None:
+    o = p.outcome
+    try:
+        pub = fut.result()
+    except ShardsGateFailed as exc:
+        o.gate = f"failed: {exc}"
+    except Exception as exc:  # noqa: BLE001
+        o.error = f"publish failed: {type(exc).__name__}: {exc}"
+    else:
         o.published, o.shards = True, pub.shards
-    run.timed("publish", tick, sum(o.published for _, o in ready), "subsets")
+    finally:
+        progress.advance(PUBLISH)
+    clock.finished(PUBLISH, int(o.published))
+    return schedule.publish_done(o.subset, published=o.published)
 
 
-def _validate_stage(run: _Run, cfg: RunConfig, summary: RunSummary) -> None:
-    """Read every published dataset back as a trainer would, then write the metadataset over them."""
-    tick = time.perf_counter()
-    checks = [(o, validate_task.submit(cfg.out, o.subset)) for o in summary.subsets if o.published]
-    progress.stage("validate", len(checks))
-    for o, vfut in checks:
-        try:
-            o.validation = vfut.result()
-        except Exception as exc:  # noqa: BLE001
-            o.validation = f"failed: {type(exc).__name__}: {exc}"
-        progress.advance("validate")
-        if o.validation != "ok":
-            run.logger.warning("validation of %s: %s", o.subset, o.validation)
-    run.timed("validate", tick, len(checks), "subsets")
-    publish_metadataset(run.layout)
+def _validate_finished(run: _Run, schedule: SubsetSchedule, fut: Any, p: _Pending, clock: StageSpans) -> None:
+    """The published dataset read back as a trainer would."""
+    o = p.outcome
+    try:
+        o.validation = fut.result()
+    except Exception as exc:  # noqa: BLE001
+        o.validation = f"failed: {type(exc).__name__}: {exc}"
+    progress.advance(VALIDATE)
+    clock.finished(VALIDATE)
+    schedule.validate_done(o.subset)
+    if o.validation != "ok":
+        run.logger.warning("validation of %s: %s", o.subset, o.validation)
 
 
 def _report(

@@ -1,10 +1,14 @@
 """The embedded runtime: a Prefect API and a Ray cluster for one run, started only when none is configured.
 
 Defaults start everything on loopback with telemetry off: a Prefect server subprocess on 127.0.0.1 (so
-Ray workers share one API instead of each starting an ephemeral server) and a local Ray head without a
-dashboard, whose processes see a HOME holding ``ray_bootstrap_config.yaml`` (without it every Ray start
-probes cloud metadata addresses). ``PREFECT_API_URL`` and ``--ray-address``/``RAY_ADDRESS`` switch to
-existing services with the same code path.
+Ray workers share one API instead of each starting an ephemeral server) and a local Ray
+head without a dashboard, whose processes see a HOME holding ``ray_bootstrap_config.yaml`` (without it
+every Ray start probes cloud metadata addresses). They start concurrently: the server boots while the
+driver imports the flow and starts Ray. The driver itself uses that server through Prefect's settings
+context (:func:`use_api`), not the environment alone: Prefect reads its settings at import, so an
+environment variable set later would leave the driver starting a temporary server of its own.
+``PREFECT_API_URL`` and ``--ray-address``/``RAY_ADDRESS`` switch to existing services with the same code
+path.
 
 Loopback and authentication, the way Ray supports them:
 
@@ -33,7 +37,8 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -82,43 +87,71 @@ def configured_api_url() -> str | None:
     return str(url) if url else None
 
 
-@contextlib.contextmanager
-def prefect_api(startup_timeout_s: float = 180.0) -> Iterator[str]:
-    """Yield a Prefect API URL; start a loopback server subprocess when none is configured."""
-    url = configured_api_url()
-    if url:
-        os.environ["PREFECT_API_URL"] = url  # Ray workers inherit it
-        yield url
-        return
-    port = _free_port()
-    url = f"http://{LOOPBACK}:{port}/api"
-    log_path = Path(tempfile.mkdtemp(prefix="vlmforge-prefect-")) / "server.log"
-    cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", LOOPBACK, "--port", str(port)]
-    with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=os.environ.copy())
-    try:
-        deadline = time.monotonic() + startup_timeout_s
+@dataclass
+class PrefectServer:
+    """``prefect server start`` on loopback, spawned without waiting (:func:`spawn_prefect_server`)."""
+
+    url: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    def wait_healthy(self, timeout_s: float) -> None:
+        """Return once ``/health`` answers; raise with the log's tail if the server exits or times out."""
+        deadline = time.monotonic() + timeout_s
         while True:
             try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2):
-                    break
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2):
+                    return
             except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    tail = log_path.read_text(errors="replace")[-2000:]
-                    raise RuntimeError(
-                        f"Prefect server did not start on {LOOPBACK}:{port}:\n{tail}"
-                    ) from None
-                time.sleep(0.5)
-        os.environ["PREFECT_API_URL"] = url
-        yield url
-    finally:
-        os.environ.pop("PREFECT_API_URL", None)
-        proc.terminate()
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    tail = self.log_path.read_text(errors="replace")[-2000:]
+                    raise RuntimeError(f"Prefect server did not start at {self.url}:\n{tail}") from None
+                time.sleep(0.25)
+
+    def stop(self) -> None:
+        self.proc.terminate()
         try:
-            proc.wait(timeout=20)
+            self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            proc.kill()
-        shutil.rmtree(log_path.parent, ignore_errors=True)
+            self.proc.kill()
+        shutil.rmtree(self.log_path.parent, ignore_errors=True)
+
+
+def spawn_prefect_server() -> PrefectServer:
+    """Start ``prefect server start`` on a free loopback port and return at once (it boots meanwhile).
+
+    It serves the UI too: the run logs the flow run's "View at" link to it, live while the run lasts."""
+    port = _free_port()
+    log_path = Path(tempfile.mkdtemp(prefix="vlmforge-prefect-")) / "server.log"
+    cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", LOOPBACK, "--port", str(port)]
+    env = os.environ.copy()
+    env.pop("PREFECT_API_URL", None)
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+    return PrefectServer(f"http://{LOOPBACK}:{port}/api", proc, log_path)
+
+
+@contextlib.contextmanager
+def use_api(url: str) -> Iterator[str]:
+    """Point this process and every process it starts at the Prefect API ``url`` for the block.
+
+    Prefect reads its settings once, when it is imported (its root settings context), so setting
+    ``PREFECT_API_URL`` in the environment afterwards reaches only child processes: this process would
+    still see no API and start a temporary server of its own. The settings context fixes that for this
+    process (and travels with every task prefect-ray submits); the environment for Ray's processes.
+    """
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    previous = os.environ.get("PREFECT_API_URL")
+    os.environ["PREFECT_API_URL"] = url
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: url}):
+            yield url
+    finally:
+        if previous is None:
+            os.environ.pop("PREFECT_API_URL", None)
+        else:
+            os.environ["PREFECT_API_URL"] = previous
 
 
 def ray_token_path() -> Path | None:
@@ -164,7 +197,7 @@ def _quiet(logger_name: str) -> Iterator[None]:
         logger.setLevel(level)
 
 
-def start_local_ray(num_cpus: int | None = None) -> Path:
+def start_local_ray(num_cpus: int | None = None, attempts: int = 3) -> Path:
     """Start a local Ray head on loopback, token-authenticated, without dashboard; returns the HOME its
     processes see."""
     import ray
@@ -183,16 +216,26 @@ def start_local_ray(num_cpus: int | None = None) -> Path:
     os.environ["HOME"] = str(home)
     os.environ.pop("RAY_AUTH_MODE", None)
     try:
-        with _quiet("ray._private.authentication.authentication_token_setup"):  # "token auth is on"
-            ray.init(
-                _node_ip_address=LOOPBACK,
-                include_dashboard=False,
-                num_cpus=num_cpus or os.cpu_count() or 1,
-                object_store_memory=256 * 1024**2,
-                log_to_driver=False,
-                configure_logging=False,
-                namespace="prefect",
-            )
+        for attempt in range(1, attempts + 1):
+            try:
+                with _quiet("ray._private.authentication.authentication_token_setup"):  # "token auth is on"
+                    ray.init(
+                        _node_ip_address=LOOPBACK,
+                        include_dashboard=False,
+                        num_cpus=num_cpus or os.cpu_count() or 1,
+                        object_store_memory=256 * 1024**2,
+                        log_to_driver=False,
+                        configure_logging=False,
+                        namespace="prefect",
+                    )
+                break
+            except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception for this one
+                # Ray gives a starting raylet 30 s to register with its GCS (hard-coded); on a loaded machine,
+                # with the Prefect server booting at the same time, that can run out: start afresh.
+                ray.shutdown()
+                if attempt == attempts or "timed out during startup" not in str(exc):
+                    raise
+                log.warning("local Ray did not start in time (attempt %d of %d); retrying", attempt, attempts)
     finally:
         if old_home is None:
             os.environ.pop("HOME", None)
@@ -224,11 +267,15 @@ class LoopbackRayTaskRunner(RayTaskRunner):
     def duplicate(self) -> LoopbackRayTaskRunner:
         return type(self)(address=self.address, init_kwargs=self.init_kwargs, num_cpus=self.num_cpus)
 
-    def __enter__(self) -> LoopbackRayTaskRunner:
+    def starts_local_ray(self) -> bool:
+        """Whether entering this runner would start a local Ray (no address, none initialised)."""
         import ray
 
+        return not ray.is_initialized() and not (self.address or os.environ.get("RAY_ADDRESS"))
+
+    def __enter__(self) -> LoopbackRayTaskRunner:
         apply_quiet_env()
-        if not ray.is_initialized() and not (self.address or os.environ.get("RAY_ADDRESS")):
+        if self.starts_local_ray():
             self._local_home = start_local_ray(self.num_cpus)
         super().__enter__()
         progress.milestone("startup")  # Ray is up (or reached)
@@ -247,9 +294,37 @@ class LoopbackRayTaskRunner(RayTaskRunner):
 
 
 @contextlib.contextmanager
-def embedded_runtime() -> Iterator[str]:
-    """A Prefect API for the run; Ray is started by the flow's task runner (Ray workers inherit the URL)."""
+def embedded_runtime(
+    runner: LoopbackRayTaskRunner | None = None,
+    while_booting: Callable[[], object] | None = None,
+    startup_timeout_s: float = 180.0,
+) -> Iterator[str]:
+    """A Prefect API for the run (a loopback server when none is configured), started concurrently with
+    the rest of the start-up: while the server boots, ``while_booting`` runs (the CLI imports the flow
+    there) and the local Ray ``runner`` would start is started, so its ``__enter__`` finds it up. Ray's
+    processes inherit ``PREFECT_API_URL``. On the way out Ray stops first, then the server."""
     apply_quiet_env()
-    with prefect_api() as url:
-        progress.milestone("startup")  # the Prefect API answers
-        yield url
+    url = configured_api_url()
+    server = None if url else spawn_prefect_server()
+    url = url or server.url  # type: ignore[union-attr]
+    ray_home: Path | None = None
+    try:
+        with use_api(url):  # before Ray starts: its processes inherit the URL
+            if while_booting is not None:
+                while_booting()
+            if runner is not None and runner.starts_local_ray():
+                ray_home = start_local_ray(runner.num_cpus)
+            if server is not None:
+                server.wait_healthy(startup_timeout_s)
+            progress.milestone("startup")  # the Prefect API answers
+            yield url
+    finally:
+        try:
+            if ray_home is not None:
+                import ray
+
+                ray.shutdown()
+                shutil.rmtree(ray_home, ignore_errors=True)
+        finally:
+            if server is not None:
+                server.stop()

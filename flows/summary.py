@@ -38,6 +38,8 @@ class RunSummary:
     out: str
     subsets: list[SubsetOutcome] = field(default_factory=list)
     seconds: float = 0.0
+    # what the run did, in order ("batches done S", "gate started S", ...: flows/schedule.py)
+    events: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> list[str]:
@@ -50,6 +52,7 @@ class RunSummary:
             "seconds": self.seconds,
             "subsets": [asdict(s) for s in self.subsets],
             "failed": self.failed,
+            "events": self.events,
         }
 
 

@@ -22,7 +22,7 @@ from .redact import redact_options
 
 # Bump when a change alters manifest or shard bytes for the same inputs and options; it is part of every
 # batch fingerprint, so a new code version redoes exactly the work whose outputs it changes.
-PIPELINE_VERSION = "3"
+PIPELINE_VERSION = "4"
 
 
 def _mask_secret_options(self: BaseModel, options: dict[str, Any]) -> dict[str, Any]:
@@ -97,8 +97,12 @@ class MediaOptions(_Options):
     # frames: the sampled frames are written as images at the model's frame size.
     video_mode: Literal["keep", "frames"] = "keep"
     video_max_pixels: int | None = Field(default=None, gt=0)  # per-frame cap of --video-mode frames
+    # Pillow format names accepted besides tasks/media/formats.py's list (--accept-image-format XPM)
+    extra_image_formats: tuple[str, ...] = ()
 
-    _tuple = field_validator("media_roots", "allowed_url_schemes", "catalogs", mode="before")(_tuples)
+    _tuple = field_validator(
+        "media_roots", "allowed_url_schemes", "catalogs", "extra_image_formats", mode="before"
+    )(_tuples)
 
 
 class TokenOptions(_Options):
@@ -122,6 +126,8 @@ class BatchOptions(_Options):
     """How lines are cut into batches and which split an ok sample lands in."""
 
     batch_lines: int = Field(default=2000, gt=0)
+    # media references per batch at most (a line over it alone is a batch): work sized by work, not lines
+    batch_media: int = Field(default=256, gt=0)
     val_fraction: float = Field(default=0.0, ge=0.0, lt=1.0)
 
 

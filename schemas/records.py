@@ -66,9 +66,10 @@ class SubsetEntry:
     license: str
     license_text: str | None
     media_tars: tuple[str, ...] = ()
-    # Byte offsets where each batch of ``batch_lines`` lines starts, plus the file size at the end:
-    # batch i covers [offsets[i], offsets[i+1]) and starts at line i * batch_lines + 1.
+    # Byte offsets where each batch starts, plus the file size at the end: batch i covers
+    # [offsets[i], offsets[i+1]) and starts at line batch_first_lines[i] (when empty, at i * batch_lines + 1).
     batch_offsets: tuple[int, ...] = field(default_factory=tuple)
+    batch_first_lines: tuple[int, ...] = ()
     # fsspec storage options the paths above need (s3 endpoint, profile...); never written to manifests.
     storage_options: dict[str, Any] = field(default_factory=dict, compare=False)
     release: str = ""  # the release as given (folder or URL)

@@ -86,6 +86,9 @@ class MediaRow:
     # --video-mode frames: one stored image per sampled frame (out_sha256 names their list object).
     frame_sha256: list[str] | None = None
     frame_bytes: list[int] | None = None
+    # image: frames or pages in the file (animated GIF/WebP/APNG, multi-page TIFF, MPO: only the first is
+    # published, as the trainer's Image.open gives it); video: the frames sampled. Null for rejects.
+    n_frames: Int32 | None = None
 
 
 def _arrow_type(annotation: Any) -> pa.DataType:

@@ -85,6 +85,9 @@ def _columns(row: Row, names: list[str], known: frozenset[str]) -> dict[str, Any
 
 def to_table(rows: Iterable[Row], schema: pa.Schema) -> pa.Table:
     names = schema.names
+    rows = list(rows)
+    if not any(isinstance(r, Mapping) for r in rows):  # typed rows: column by column, no dict per row
+        return pa.Table.from_pydict({n: [getattr(r, n) for r in rows] for n in names}, schema=schema)
     known = frozenset(names)
     return pa.Table.from_pylist([_columns(r, names, known) for r in rows], schema=schema)
 
@@ -103,12 +106,28 @@ def write_part(
     schema = TABLES.get(table)
     if schema is None:
         raise KeyError(f"unknown manifest table {table!r}")
+    return write_part_table(
+        layout, table, subset, index, to_table(rows, schema), fingerprint=fingerprint, stats=stats
+    )
+
+
+def write_part_table(
+    layout: OutputLayout,
+    table: str,
+    subset: str,
+    index: int,
+    tbl: pa.Table,
+    *,
+    fingerprint: str | None = None,
+    stats: Mapping[str, Any] | None = None,
+) -> str:
+    """Atomically write one part of ``table`` from an Arrow table of its schema; returns its path."""
     meta: dict[bytes, bytes] = {}
     if fingerprint is not None:
         meta[FINGERPRINT_KEY] = fingerprint.encode()
     if stats is not None:
         meta[STATS_KEY] = json.dumps(dict(stats), sort_keys=True).encode()
-    tbl = to_table(rows, schema).replace_schema_metadata(meta or None)
+    tbl = tbl.replace_schema_metadata(meta or None)
     buf = io.BytesIO()
     pq.write_table(tbl, buf, compression="zstd")
     path = layout.part(table, subset, index)
@@ -159,9 +178,17 @@ def read_records(layout: OutputLayout, subset: str) -> Iterable[tuple[int, str]]
     for p in sorted(layout.fs.ls(folder, detail=False)):
         if not p.endswith(".parquet") or not p.rsplit("/", 1)[-1].startswith("part-"):
             continue
-        with layout.fs.open(p, "rb") as f:
+        yield from read_records_part(layout, p)
+
+
+def read_records_part(layout: OutputLayout, path: str) -> list[tuple[int, str]]:
+    """(line, record JSON) of one records part (none when it does not exist)."""
+    try:
+        with layout.fs.open(path, "rb") as f:
             tbl = pq.read_table(f)
-        yield from zip(tbl.column("line").to_pylist(), tbl.column("record").to_pylist(), strict=True)
+    except FileNotFoundError:
+        return []
+    return list(zip(tbl.column("line").to_pylist(), tbl.column("record").to_pylist(), strict=True))
 
 
 def remove_parts_from(layout: OutputLayout, subset: str, first_stale: int) -> None:

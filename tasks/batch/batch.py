@@ -65,9 +65,19 @@ def _read_batch(entry: SubsetEntry, index: int) -> bytes:
         return bytes(f.read(end - start))
 
 
+def batch_lines_of(entry: SubsetEntry, index: int, batch_lines: int) -> tuple[int, int]:
+    """The first and last line (1-based) of batch ``index``: from the catalog's plan, or, for an entry
+    without one, every batch ``batch_lines`` long."""
+    firsts = entry.batch_first_lines
+    if not firsts:
+        first = index * batch_lines + 1
+        return first, first + batch_lines - 1
+    last = firsts[index + 1] - 1 if index + 1 < len(firsts) else entry.rows
+    return firsts[index], last
+
+
 def _parse(data: bytes, entry: SubsetEntry, index: int, cfg: RunConfig) -> list[Record | Reject]:
-    first_line = index * cfg.batches.batch_lines + 1
-    last_line = first_line + cfg.batches.batch_lines - 1
+    first_line, last_line = batch_lines_of(entry, index, cfg.batches.batch_lines)
     return parse_batch(
         data,
         first_line,

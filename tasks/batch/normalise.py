@@ -17,6 +17,7 @@ from ...schemas.config import RunConfig
 from ...schemas.presets import ModelPreset
 from ...schemas.reasons import reason
 from ...schemas.rows import MediaRow
+from ..media.formats import accepted_image_formats
 from ..media.frames import model_frame_size, sample_frames
 from ..media.image import process_image
 from ..media.video import VideoResult, probe_video
@@ -50,10 +51,9 @@ def rejected(row: MediaRow, row_reason: str, sample_reason: str) -> MediaOutcome
 
 
 def _media_failure(row: MediaRow, code: str | None, detail: str | None) -> MediaOutcome:
-    """A verification reject: ``code (detail)`` in the media row, ``media_error: <ref>: <code>`` for the
-    sample (``code`` was checked against the registry by the media package)."""
-    row_reason = f"{code} ({detail})" if detail else str(code)
-    return rejected(row, row_reason, reason("media_error", f"{row.ref}: {code}"))
+    """A verification reject: ``code: detail`` in the media row (the form of every reason, so ``code_of``
+    reads it), ``media_error: <ref>: <code>`` for the sample."""
+    return rejected(row, reason(str(code), detail), reason("media_error", f"{row.ref}: {code}"))
 
 
 class _Normalise(Protocol):
@@ -67,6 +67,7 @@ class Normaliser:
         self.cfg, self.preset, self.store = cfg, preset, store
         self.max_pixels = cfg.tokens.max_pixels or preset.max_pixels
         self.min_pixels = cfg.tokens.min_pixels or preset.min_pixels
+        self.accepted_formats = accepted_image_formats(cfg.media.extra_image_formats)
         videos: dict[str, _Normalise] = {"keep": self.video_kept, "frames": self.video_frames}
         self.by_kind: dict[str, _Normalise] = {"image": self.image, "video": videos[cfg.media.video_mode]}
 
@@ -97,6 +98,7 @@ class Normaliser:
             image_format=self.cfg.media.image_format,
             min_pixels=self.min_pixels,
             min_side=self.cfg.media.min_image_side,
+            accepted_formats=self.accepted_formats,
         )
         row.format, row.width, row.height, row.notes = res.format, res.width, res.height, ",".join(res.notes)
         if res.status != "ok" or res.out_bytes is None:
@@ -105,6 +107,7 @@ class Normaliser:
         out_sha = self.store.put(res.out_bytes, row.sha256 if res.kept_original else None)
         row.out_sha256, row.out_bytes, row.out_ext = out_sha, len(res.out_bytes), res.out_ext
         row.out_width, row.out_height, row.kept_original = res.out_width, res.out_height, res.kept_original
+        row.n_frames = res.n_frames
         return MediaOutcome(row, out_hw=(res.out_height, res.out_width))
 
     def video_kept(self, row: MediaRow, data: bytes) -> MediaOutcome:
@@ -118,6 +121,7 @@ class Normaliser:
         row.out_ext = ext if ext in VIDEO_EXTS else "mp4"
         row.out_width, row.out_height, row.kept_original = res.width, res.height, True
         row.sampled_frames, row.frame_indices = len(res.sampled_indices), list(res.sampled_indices)
+        row.n_frames = row.sampled_frames
         # Decoders hand training the frames as stored (rotation is metadata), so tokens use the stored size.
         stored_h, stored_w = (res.width, res.height) if res.rotation in (90, 270) else (res.height, res.width)
         return MediaOutcome(row, video=_video_spec(res, len(res.sampled_indices), stored_h, stored_w))
@@ -142,6 +146,7 @@ class Normaliser:
         row.out_bytes, row.out_ext = sum(len(f) for f in vf.frames), vf.ext
         row.out_width, row.out_height, row.kept_original = vf.width, vf.height, False
         row.sampled_frames, row.frame_indices = len(vf.frames), list(vf.video.sampled_indices)
+        row.n_frames = row.sampled_frames
         row.frame_sha256, row.frame_bytes = shas, [len(f) for f in vf.frames]
         return MediaOutcome(row, video=_video_spec(vf.video, len(vf.frames), vf.height, vf.width))
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from fsspec import AbstractFileSystem
@@ -50,12 +51,15 @@ def catalog_release(
     storage_options: Mapping[str, Any] | None = None,
     recipe_fingerprints: Mapping[str, str] | None = None,
     dedup: bool = True,
+    batch_media: int | None = None,
+    min_batches: int = 1,
 ) -> list[SubsetEntry]:
     """Catalog every subset of ``release`` (or the named ones), without touching media.
 
     ``release`` is a folder or an fsspec URL; ``storage_options`` go to fsspec and are carried by every
     entry. ``recipe_fingerprints`` (subset -> :func:`recipe_fingerprint` of its media recipe) lets a
-    refresh see a recipe change.
+    refresh see a recipe change. Batches hold at most ``batch_lines`` lines and ``batch_media`` media
+    references, and a subset is cut into at least ``min_batches`` when it has the lines (``batch_plan.py``).
     """
     options = dict(storage_options or {})
     fs, root = _open_release(release, options)
@@ -71,9 +75,16 @@ def catalog_release(
         "revision": release_revision(release, fs, root),
     }
     recipes = dict(recipe_fingerprints or {})
-    return [
-        _subset_entry(fs, root, name, url, batch_lines, dedup, recipes.get(name), common) for name in names
-    ]
+    plan = _Plan(batch_lines, batch_media, min_batches, dedup)
+    return [_subset_entry(fs, root, name, url, plan, recipes.get(name), common) for name in names]
+
+
+@dataclass(frozen=True)
+class _Plan:
+    batch_lines: int
+    batch_media: int | None
+    min_batches: int
+    dedup: bool
 
 
 def _open_release(release: str, options: dict[str, Any]) -> tuple[AbstractFileSystem, str]:
@@ -111,15 +122,22 @@ def _subset_entry(
     root: str,
     name: str,
     url: Callable[[str], str],
-    batch_lines: int,
-    dedup: bool,
+    plan: _Plan,
     recipe_sha256: str | None,
     common: dict[str, Any],
 ) -> SubsetEntry:
     folder = f"{root}/{name}"
     jsonl = f"{folder}/{name}.jsonl"
     readme_sha, license_id, license_text, sources = _readme_facts(fs, f"{folder}/README.md")
-    scan = scan_subset_jsonl(fs, jsonl, batch_lines, subset=name, dedup=dedup)
+    scan = scan_subset_jsonl(
+        fs,
+        jsonl,
+        plan.batch_lines,
+        subset=name,
+        dedup=plan.dedup,
+        batch_media=plan.batch_media,
+        min_batches=plan.min_batches,
+    )
     return SubsetEntry(
         subset=name,
         path=url(folder),
@@ -132,6 +150,7 @@ def _subset_entry(
         license_text=license_text,
         media_tars=_media_tars(fs, folder, url),
         batch_offsets=scan.offsets,
+        batch_first_lines=scan.first_lines,
         media_sources=sources,
         media_recipe_sha256=recipe_sha256,
         duplicate_rows=scan.duplicate_rows,

@@ -1,9 +1,10 @@
 """The JSONL scan: one streaming pass that hashes a subset's JSONL, counts its lines and plans its batches.
 
-It records where every batch of ``batch_lines`` lines starts (so parse batches can seek straight to their
-bytes) and, with ``dedup``, feeds the duplicate search (``duplicates.py``), which no single batch could
-do. The pass keeps 16 bytes per line (two 64-bit hashes; about 32 MB at peak per million lines while
-resolving) and re-reads the file once, only when candidates were found, to confirm them exactly.
+It plans the batches (``batch_plan.py``: where each starts, so parse batches can seek straight to their
+bytes; sized by lines and media references, split further for a small subset) and, with ``dedup``, feeds
+the duplicate search (``duplicates.py``), which no single batch could do. The pass keeps 16 bytes per line
+(two 64-bit hashes; about 32 MB at peak per million lines while resolving) and re-reads the file once,
+only when candidates were found, to confirm them exactly.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from fsspec import AbstractFileSystem
 
 from ..parse.lines import strip_bom
 from ..publish.keys import sanitize_key
+from .batch_plan import BatchPlanner
 from .duplicates import hash64, line_id, resolve_duplicates
 
 CHUNK = 8 * 1024 * 1024
@@ -31,6 +33,7 @@ class JsonlScan:
     offsets: tuple[int, ...]
     duplicate_rows: tuple[tuple[int, int], ...] = ()
     id_conflicts: tuple[tuple[int, int, str], ...] = ()
+    first_lines: tuple[int, ...] = ()  # the first line (1-based) of each batch
 
 
 def iter_lines(
@@ -69,14 +72,23 @@ def iter_lines(
 
 
 def scan_subset_jsonl(
-    fs: AbstractFileSystem, path: str, batch_lines: int, *, subset: str | None = None, dedup: bool = True
+    fs: AbstractFileSystem,
+    path: str,
+    batch_lines: int,
+    *,
+    subset: str | None = None,
+    dedup: bool = True,
+    batch_media: int | None = None,
+    min_batches: int = 1,
 ) -> JsonlScan:
     """Hash, count, plan batches and (with ``dedup`` and a ``subset`` name) find duplicates in one pass.
 
+    Batches hold at most ``batch_lines`` lines and (when given) ``batch_media`` media references (a line
+    alone over it is a batch of its own), at least ``min_batches`` of them when the subset has the lines.
     A final line without a trailing newline counts as a line; a trailing newline does not start one.
     """
     h = hashlib.sha256()
-    offsets = [0]
+    planner = BatchPlanner(batch_lines, batch_media, min_batches)
     rows = 0
     row_h = array("q")
     key_h = array("q")
@@ -84,8 +96,7 @@ def scan_subset_jsonl(
     name = subset if dedup else None  # the subset to find duplicates in (None: no duplicate search)
     for line, raw, start in iter_lines(fs, path, h, total):
         rows = line
-        if line > 1 and (line - 1) % batch_lines == 0:
-            offsets.append(start)
+        planner.add(line, start, raw)
         if name is None:
             continue
         if raw.endswith(b"\r"):
@@ -98,12 +109,11 @@ def scan_subset_jsonl(
         sid = line_id(raw)
         key_h.append(hash64(sanitize_key(name, sid)) if sid is not None else 0)
     size = total[0]
-    if offsets[-1] != size:
-        offsets.append(size)
+    plan = planner.plan(size, rows)
     if name is None:
-        return JsonlScan(h.hexdigest(), size, rows, tuple(offsets))
+        return JsonlScan(h.hexdigest(), size, rows, plan.offsets, first_lines=plan.first_lines)
     duplicates, conflicts = resolve_duplicates(lambda: iter_lines(fs, path), name, row_h, key_h)
-    return JsonlScan(h.hexdigest(), size, rows, tuple(offsets), duplicates, conflicts)
+    return JsonlScan(h.hexdigest(), size, rows, plan.offsets, duplicates, conflicts, plan.first_lines)
 
 
 def scan_jsonl(fs: AbstractFileSystem, path: str, batch_lines: int) -> tuple[str, int, int, tuple[int, ...]]:

@@ -8,13 +8,12 @@ from the archive (the store is content-addressed).
 
 from __future__ import annotations
 
-import posixpath
 import tarfile
 
+from ..parse.refs import normalize_ref
 
-def normalize_member(name: str) -> str:
-    """Path form used for matching (``./a//b`` -> ``a/b``; a leading ``/`` is dropped, ``..`` kept)."""
-    return posixpath.normpath(name.replace("\\", "/")).lstrip("/")
+# A member name and a row's media reference take one path form, so that they match by string.
+normalize_member = normalize_ref
 
 
 def unsafe_member_reason(name: str, *, symlink: bool = False, hardlink: bool = False) -> str | None:

@@ -5,7 +5,8 @@ what a trainer's image and video loaders decode reliably. :data:`ACCEPTED_IMAGE_
 names) and :data:`ACCEPTED_VIDEO_CONTAINERS` (libav demuxer names) are the one list of each: the media stage
 opens nothing else, and a file in a format that exists but is not on the list is refused as
 ``unsupported_format: <FORMAT>`` rather than as unrecognised content. ``process_image(accepted_formats=...)``
-widens the image list for one call (a run option can pass a larger set).
+widens the image list for one call; a run widens it with ``--accept-image-format FMT``
+(``MediaOptions.extra_image_formats``, through :func:`accepted_image_formats`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from PIL import Image
 
 __all__ = [
     "ACCEPTED_IMAGE_FORMATS",
+    "accepted_image_formats",
     "ACCEPTED_VIDEO_CONTAINERS",
     "IMAGE_CONTAINERS",
     "NEEDS_PLUGIN",
@@ -76,6 +78,17 @@ NEEDS_PLUGIN: dict[str, str] = {"heif": "HEIF", "avif": "AVIF", "jxl": "JXL"}
 Image.init()
 
 
+def accepted_image_formats(extra: Collection[str] = ()) -> tuple[str, ...]:
+    """:data:`ACCEPTED_IMAGE_FORMATS` widened by ``extra`` (Pillow format names, any case), the list's
+    order first. A name this Pillow cannot open is a ValueError naming the formats it can."""
+    wanted = [name.strip().upper() for name in extra]
+    unknown = sorted({name for name in wanted if name not in Image.OPEN})
+    if unknown:
+        known = ", ".join(sorted(Image.OPEN))
+        raise ValueError(f"image format(s) {', '.join(unknown)} unknown to Pillow; it opens: {known}")
+    return tuple(dict.fromkeys((*ACCEPTED_IMAGE_FORMATS, *wanted)))
+
+
 def openable(accepted: Collection[str]) -> tuple[str, ...]:
     """The formats of ``accepted`` this Pillow can open (MPO is reached through JPEG's factory)."""
     return tuple(f for f in accepted if f in Image.OPEN)
@@ -83,19 +96,25 @@ def openable(accepted: Collection[str]) -> tuple[str, ...]:
 
 def other_pillow_format(data: bytes, accepted: Collection[str]) -> str | None:
     """The Pillow format ``data`` is in when it is one Pillow reads but ``accepted`` leaves out (None when
-    no other format's signature check and header parser take it). Only headers are parsed: no pixel is
-    decoded and no external program (Ghostscript) runs."""
+    no other format takes it). Formats with a signature check are tried first and only their headers are
+    parsed; then, as Pillow's own ``open`` does, those without one (IM, SPIDER, PCD, TGA, ...), which would
+    claim stray bytes by their header alone, so they count only when Pillow also decodes the pixels. No
+    external program (Ghostscript) runs."""
     prefix = data[:16]
-    for fmt in Image.ID:
-        if fmt in accepted:
-            continue
-        _factory, accept = Image.OPEN[fmt]
-        if accept is None:  # formats without a signature would claim any bytes
-            continue
+    signed = [f for f in Image.ID if f not in accepted and Image.OPEN[f][1] is not None]
+    unsigned = [f for f in Image.ID if f not in accepted and Image.OPEN[f][1] is None]
+    for fmt in signed:
         try:
-            if not accept(prefix):
+            if not Image.OPEN[fmt][1](prefix):
                 continue
             with Image.open(io.BytesIO(data), formats=(fmt,)):
+                return fmt
+        except Exception:
+            continue
+    for fmt in unsigned:
+        try:
+            with Image.open(io.BytesIO(data), formats=(fmt,)) as im:  # raises on a decompression bomb
+                im.load()
                 return fmt
         except Exception:
             continue

@@ -36,6 +36,7 @@ from .metadataset import write_dataset_configs
 from .prepare import default_prepare_workers, indexed_counts, run_prepare
 from .rolling import Done, ShardWriter
 from .samples import SPLITS, DatasetResult, DuplicateKeyError, EnergonPrepareError, ShardInfo, ShardSample
+from .splits import check_train_split
 from .swap import recover_old, remove, staging_path, swap_into_place
 from .tar import check_tar
 
@@ -66,7 +67,8 @@ def write_energon_dataset(
     ``prepare_workers`` is the process count of Energon's prepare (default :func:`default_prepare_workers`).
 
     Raises :class:`DuplicateKeyError` on a repeated key, :class:`ValueError` on an invalid sample or an
-    empty input (an Energon dataset needs at least one shard), :class:`EnergonPrepareError` if Energon's
+    empty input (an Energon dataset needs at least one shard), :class:`~.splits.EmptyTrainSplitError` when
+    every sample is in the val split (nothing to train on), :class:`EnergonPrepareError` if Energon's
     prepare step fails or its counts disagree with what was written; after these the staging folder is
     removed. Any other exception (an I/O error, an interrupt) leaves it in place for the next call to resume.
     """
@@ -116,6 +118,7 @@ def _write_shards(
         split: ShardWriter(root, split, subset, max_bytes, max_samples, journal, syncer) for split in SPLITS
     }
     seen: set[str] = set()
+    counts = dict.fromkeys(SPLITS, 0)
     try:
         for sample in samples:
             prepared = prepare_sample(sample, fmt)
@@ -123,6 +126,7 @@ def _write_shards(
                 raise DuplicateKeyError(f"duplicate sample key {prepared.key!r} in subset {subset!r}")
             seen.add(prepared.key)
             writers[sample.split].add(prepared)
+            counts[sample.split] += 1
         for writer in writers.values():
             writer.close()
         syncer.drain()
@@ -139,6 +143,7 @@ def _write_shards(
         raise
     if not seen:
         raise ValueError(f"subset {subset!r} has no samples; an Energon dataset needs at least one shard")
+    check_train_split(subset, counts)
     return [item for split in SPLITS for item in writers[split].done]
 
 

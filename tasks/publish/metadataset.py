@@ -98,9 +98,11 @@ def write_metadataset(energon_root: Path, subsets: dict[str, float]) -> Path:
 
     ``splits.train.blend`` has one entry per subset (weight, ``./<subset>``,
     ``subflavors: {source: <subset>}``); ``splits.val.blend`` lists only subsets whose ``split.yaml`` has a
-    non-empty val split (val blends are concatenated by Energon, so weights are omitted there). A subset
-    without a train split (all its samples hashed to val) is left out of the train blend, since Energon
-    cannot load an empty split. Entries are sorted by subset name; the text is deterministic.
+    non-empty val split (val blends are concatenated by Energon, so weights are omitted there); with no
+    such subset there is no ``val`` split at all (see :mod:`.splits` for what that means to a recipe). A
+    subset without a train split is left out of the train blend, since Energon cannot load an empty split
+    (the shard writer refuses to publish one: :class:`~.splits.EmptyTrainSplitError`). Entries are sorted
+    by subset name; the text is deterministic.
     """
     energon_root = Path(energon_root)
     _check_blend_inputs(energon_root, subsets)

@@ -17,18 +17,21 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ...schemas.manifests import TABLES
 from ...schemas.reasons import reason
 from ..manifests import (
     FINGERPRINT_KEY,
     STATS_KEY,
     OutputLayout,
     part_metadata,
-    read_records,
-    read_table,
+    read_records_part,
+    to_table,
     write_part,
+    write_part_table,
 )
 from ..storage import ContentStore
 from .dataset import write_energon_dataset
@@ -95,10 +98,13 @@ def publish_subset(
     )
 
 
-def _media_index(layout: OutputLayout, subset: str) -> MediaIndex:
-    """(line, index) -> [(sha256, bytes)] of the stored object(s) of every media part of ``subset``: one for
-    an image or a kept video, one per frame for ``--video-mode frames``."""
-    media = read_table(layout, "media", subset)
+def _media_index(layout: OutputLayout, path: str | None) -> MediaIndex:
+    """(line, index) -> [(sha256, bytes)] of the stored object(s) of every media part of one batch's media
+    part: one for an image or a kept video, one per frame for ``--video-mode frames``."""
+    if path is None or not layout.fs.exists(path):
+        return {}
+    with layout.fs.open(path, "rb") as f:
+        media = pq.read_table(f)
     columns = [media[c].to_pylist() for c in ("line", "index", "out_sha256", "out_bytes")]
     if "frame_sha256" in media.column_names:
         columns += [media["frame_sha256"].to_pylist(), media["frame_bytes"].to_pylist()]
@@ -118,27 +124,36 @@ def _shard_samples(
 ) -> Iterator[ShardSample]:
     """The subset's ok samples in line order, media as :class:`MediaPart` read from the store on demand.
 
+    Streams one batch at a time (its samples, media and records parts: batches are numbered in line
+    order), so memory does not grow with the subset's rows beyond one key per sample.
     A key already used by an earlier line (two batches whose ids sanitise alike) is not written: its line
     goes into ``duplicates`` with a ``duplicate_key`` reason, as :func:`build_batch` does within a batch.
     """
-    samples = read_table(layout, "samples", subset)
-    ok = samples.filter(pc.equal(samples["status"], "ok"))
-    split_by_line = dict(zip(ok["line"].to_pylist(), ok["split"].to_pylist(), strict=True))
     store = ContentStore(store_url or layout.store)
-    media_index = _media_index(layout, subset)
     first_line: dict[str, int] = {}
-    for line, text in sorted(read_records(layout, subset)):
-        split = split_by_line.get(line)
-        if split is None:  # a record part from a batch whose samples part was replaced since
+    for samples_path in layout.parts("samples", subset):
+        name = samples_path.rsplit("/", 1)[-1]
+        with layout.fs.open(samples_path, "rb") as f:
+            samples = pq.read_table(f, columns=["line", "status", "split"])
+        ok = samples.filter(pc.equal(samples["status"], "ok"))
+        split_by_line = dict(zip(ok["line"].to_pylist(), ok["split"].to_pylist(), strict=True))
+        if not split_by_line:
             continue
-        doc = json.loads(text)
-        key = doc["vlmforge"]["key"]
-        if key in first_line:
-            duplicates[line] = reason("duplicate_key", f"{key} already used by line {first_line[key]}")
-            continue
-        first_line[key] = line
-        media = _media_parts(doc, media_index, line, store)
-        yield ShardSample(key=key, split=split, json=doc, media=media)
+        media_index = _media_index(layout, f"{layout.table_dir('media', subset)}/{name}")
+        for line, text in sorted(
+            read_records_part(layout, f"{layout.manifests}/records/subset={subset}/{name}")
+        ):
+            split = split_by_line.get(line)
+            if split is None:  # a record part from a batch whose samples part was replaced since
+                continue
+            doc = json.loads(text)
+            key = doc["vlmforge"]["key"]
+            if key in first_line:
+                duplicates[line] = reason("duplicate_key", f"{key} already used by line {first_line[key]}")
+                continue
+            first_line[key] = line
+            media = _media_parts(doc, media_index, line, store)
+            yield ShardSample(key=key, split=split, json=doc, media=media)
 
 
 def _media_parts(
@@ -178,23 +193,27 @@ def _fill_shards(
     keeping its fingerprint and its batch stats consistent; untouched when nothing changes."""
     meta = part_metadata(layout, path) or {}
     with layout.fs.open(path, "rb") as f:
-        rows = pq.read_table(f).to_pylist()
+        tbl = pq.read_table(f, schema=TABLES["samples"]).combine_chunks()
     stats = json.loads(meta[STATS_KEY]) if STATS_KEY in meta else None
-    changed = False
-    for row in rows:
-        duplicate = duplicates.get(row["line"]) if row["status"] == "ok" else None
-        if duplicate is not None:
-            _reject_duplicate(row, duplicate, stats)
-            changed = True
-        shard = written.get(row["key"]) if row["key"] else None
-        if shard != row["shard"]:
-            row["shard"] = shard
-            changed = True
-    if not changed:
+    lines = tbl["line"].to_pylist()
+    if any(line in duplicates for line in lines):  # rare: row by row
+        rows = tbl.to_pylist()
+        for row in rows:
+            duplicate = duplicates.get(row["line"]) if row["status"] == "ok" else None
+            if duplicate is not None:
+                _reject_duplicate(row, duplicate, stats)
+        tbl = to_table(rows, TABLES["samples"])
+    keys = tbl["key"].to_pylist()
+    shards = [written.get(k) if k else None for k in keys]
+    if shards == tbl["shard"].to_pylist() and not any(line in duplicates for line in lines):
         return
+    column = tbl.schema.get_field_index("shard")
+    tbl = tbl.set_column(column, tbl.schema.field(column), pa.array(shards, tbl.schema.field(column).type))
     fp = meta.get(FINGERPRINT_KEY)
     index = int(path.rsplit("part-", 1)[1][:5])
-    write_part(layout, "samples", subset, index, rows, fingerprint=fp.decode() if fp else None, stats=stats)
+    write_part_table(
+        layout, "samples", subset, index, tbl, fingerprint=fp.decode() if fp else None, stats=stats
+    )
 
 
 def _reject_duplicate(row: dict[str, Any], why: str, stats: dict[str, Any] | None) -> None:

@@ -104,20 +104,24 @@ def sample_video_frames(
     """Indices of the frames the model's sampler takes from an ``n_frames`` video at ``video_fps``.
 
     qwen2/2.5 (``video_sampler="qwen_vl_utils"``): qwen-vl-utils 0.0.14, ``torch.linspace(0, T-1, n).round()``
-    with an even ``n``. qwen3: transformers ``np.linspace(0, T-1, n).round()`` (``n`` may be odd; the
-    processor pads). uniform (tiled models): ``np.linspace(0, T-1, min(max_frames, T)).round()``; none:
-    raises. Then the ``max_num_frames`` knob, if the sampler returned more
-    (:func:`~.sampling.thin_frames`).
+    with an even ``n``; a one-frame video gives ``[0]`` (the frame list is padded by repeating the last
+    frame, ``grid_t = 1``). qwen3: transformers ``np.linspace(0, T-1, n).round()`` (``n`` may be odd; the
+    processor pads; fewer than 2 frames raise, as its ``smart_resize`` does). uniform (tiled models):
+    ``np.linspace(0, T-1, min(max_frames, T)).round()``; none: raises. Then the ``max_num_frames`` knob,
+    if the sampler returned more (:func:`~.sampling.thin_frames`).
     """
     if preset.video_sampler == "none":
         raise ValueError(f"model preset {preset.name!r} takes no video input")
-    tps = preset.temporal_patch_size
-    if n_frames < tps:
-        raise VideoTooShortError(f"video has {n_frames} frame(s); at least {tps} are needed")
+    family = family_of(preset)
+    fewest = max(1, family.min_video_frames(preset))
+    if n_frames < fewest:
+        raise VideoTooShortError(
+            f"video has {n_frames} frame(s); {preset.name}'s video processor needs at least {fewest}"
+        )
     if not video_fps > 0:
         raise ValueError(f"video_fps must be > 0, got {video_fps}")
-    indices = family_of(preset).sample_frames(preset, n_frames, video_fps)
-    return thin_frames(indices, max_num_frames, mode, tps)
+    indices = family.sample_frames(preset, n_frames, video_fps)
+    return thin_frames(indices, max_num_frames, mode, preset.temporal_patch_size)
 
 
 def video_tokens(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 from pathlib import Path
 from typing import Any
 
@@ -182,12 +183,31 @@ def test_qwen3_sample_frames_short_clip(q3: ModelPreset) -> None:
 def test_video_too_short(q25: ModelPreset, q3: ModelPreset) -> None:
     for preset in (q25, q3):
         with pytest.raises(VideoTooShortError):
-            sample_video_frames(preset, 1, 30.0)
-        with pytest.raises(ValueError):
             sample_video_frames(preset, 0, 30.0)
+    # Qwen3VLVideoProcessor's smart_resize refuses one frame before its patchify could pad it
+    with pytest.raises(VideoTooShortError, match="at least 2"):
+        sample_video_frames(q3, 1, 30.0)
     with pytest.raises(VideoTooShortError):
         video_tokens(q3, 1, 720, 1280, indices=[0], video_fps=30.0)
     assert sample_video_frames(q25, 2, 30.0) == [0, 1]
+
+
+@pytest.mark.parametrize("preset_name", ["qwen2_5_vl", "qwen2_vl"])
+@pytest.mark.parametrize(("height", "width"), [(48, 64), (720, 1280), (1080, 608)])
+def test_one_frame_video_is_padded_to_one_temporal_patch(preset_name: str, height: int, width: int) -> None:
+    """qwen-vl-utils / Qwen2VLVideoProcessor pad a frame list to a multiple of temporal_patch_size by
+    repeating the last frame: one frame costs exactly what the same frame twice costs (grid_t = 1)."""
+    preset = load_preset(preset_name)
+    for fps in (1.0, 30.0):
+        assert sample_video_frames(preset, 1, fps) == [0]
+        assert sample_video_frames(preset, 1, fps, max_num_frames=2, mode="truncate") == [0]
+    one, two = video_tokens(preset, 1, height, width), video_tokens(preset, 2, height, width)
+    assert one.grid_t == 1 and one.tokens > 0
+    assert one == two
+    f = preset.factor
+    assert one.tokens == math.ceil(1 / preset.temporal_patch_size) * (one.resized_height // f) * (
+        one.resized_width // f
+    )
 
 
 def test_max_num_frames_uniform_vs_truncate(q25: ModelPreset, q3: ModelPreset) -> None:

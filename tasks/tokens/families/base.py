@@ -181,6 +181,11 @@ class ModelFamily(ABC):
         )
         return per[inverse.reshape(-1)]
 
+    def min_video_frames(self, preset: ModelPreset) -> int:
+        """The fewest frames a video may have for the model's processor to take it: one temporal patch
+        unless the family's processor pads a shorter video."""
+        return preset.temporal_patch_size
+
     @abstractmethod
     def sample_frames(self, preset: ModelPreset, n_frames: int, video_fps: float) -> list[int]:
         """Indices of the frames the model's own sampler takes from an ``n_frames`` video at ``video_fps``

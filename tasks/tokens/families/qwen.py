@@ -91,6 +91,9 @@ class QwenFamily(ModelFamily):
         result: np.ndarray = (h_bar // f) * (w_bar // f)
         return result
 
+    def min_video_frames(self, preset: ModelPreset) -> int:
+        return QWEN_VIDEO_SAMPLERS[preset.video_sampler].min_frames(preset)
+
     def sample_frames(self, preset: ModelPreset, n_frames: int, video_fps: float) -> list[int]:
         return QWEN_VIDEO_SAMPLERS[preset.video_sampler].frame_indices(preset, n_frames, video_fps)
 

@@ -27,6 +27,10 @@ __all__ = [
 
 class QwenVideoSampler(ABC):
     @abstractmethod
+    def min_frames(self, preset: ModelPreset) -> int:
+        """The fewest frames a video may have for the model's processor to take it."""
+
+    @abstractmethod
     def frame_indices(self, preset: ModelPreset, n_frames: int, video_fps: float) -> list[int]:
         """The sampled frame indices of an ``n_frames`` video at ``video_fps``."""
 
@@ -71,10 +75,21 @@ def _qvu_smart_resize(
 class QwenVLUtilsSampler(QwenVideoSampler):
     """qwen-vl-utils 0.0.14 ``fetch_video`` (Qwen2/2.5-VL, Megatron-Bridge's collate)."""
 
+    def min_frames(self, preset: ModelPreset) -> int:
+        """One: the trainer gets a video as its list of frames (Bridge's ``.videos`` part, the cooker's
+        decoded ``frame_indices``), and a frame list shorter than the temporal patch is padded by repeating
+        its last frame (qwen-vl-utils ``fetch_video``: ``ceil_by_factor(len, 2)``; transformers
+        ``Qwen2VLVideoProcessor``, which Bridge's ``QwenVLTaskEncoder`` counts with: ``-T % 2`` repeats), so
+        one frame is ``grid_t = 1``, the tokens of that frame twice."""
+        return 1
+
     def frame_indices(self, preset: ModelPreset, n_frames: int, video_fps: float) -> list[int]:
         """``smart_nframes`` (fps mode; FRAME_FACTOR = temporal_patch_size = 2), then
-        ``torch.linspace(0, T-1, n).round()``."""
+        ``torch.linspace(0, T-1, n).round()``; a video shorter than one temporal patch gives all its
+        frames (see :meth:`min_frames`)."""
         ff = preset.temporal_patch_size
+        if 1 <= n_frames < ff:
+            return list(range(n_frames))
         min_frames = math.ceil(preset.min_frames / ff) * ff
         max_frames = math.floor(min(preset.max_frames, n_frames) / ff) * ff
         nframes = n_frames / video_fps * preset.fps
@@ -137,6 +152,12 @@ def _qwen3_video_resize(
 
 class Qwen3Sampler(QwenVideoSampler):
     """transformers ``Qwen3VLVideoProcessor``."""
+
+    def min_frames(self, preset: ModelPreset) -> int:
+        """The temporal patch: the processor's ``smart_resize`` refuses fewer frames (``t:1 must be larger
+        than temporal_factor:2``) before its patchify could pad them, so Bridge's ``QwenVLTaskEncoder``
+        fails on a one-frame video."""
+        return preset.temporal_patch_size
 
     def frame_indices(self, preset: ModelPreset, n_frames: int, video_fps: float) -> list[int]:
         """``sample_frames`` (fps mode), then ``np.linspace(0, T-1, n).round()`` (``n`` may be odd; the
