@@ -12,6 +12,7 @@ import fcntl
 import hashlib
 import json
 import os
+import sqlite3
 import tempfile
 import time
 import uuid
@@ -38,14 +39,29 @@ class OutputFullError(OutputError, OSError):
 
 
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+SQLITE_FULL = 13  # sqlite3.SQLITE_FULL (a module constant only from Python 3.11)
+
+
+def _sqlite_full(exc: BaseException) -> bool:
+    """SQLite's own "database or disk is full" (SQLITE_FULL): how a full disk reaches energon's index."""
+    return isinstance(exc, sqlite3.OperationalError) and (
+        getattr(exc, "sqlite_errorcode", None) == SQLITE_FULL or "database or disk is full" in str(exc)
+    )
 
 
 def no_space(exc: BaseException, path: str) -> OutputFullError | None:
-    """An :class:`OutputFullError` naming ``path`` when ``exc`` is a full-disk or quota error, else None."""
-    if isinstance(exc, OutputFullError) or not (isinstance(exc, OSError) and exc.errno in NO_SPACE):
+    """An :class:`OutputFullError` naming ``path`` when ``exc`` is a full-disk or quota error (an OS error or
+    SQLite's), else None."""
+    if isinstance(exc, OutputFullError):
+        return None
+    if isinstance(exc, OSError) and exc.errno in NO_SPACE:
+        why = exc.strerror
+    elif _sqlite_full(exc):
+        why = str(exc)
+    else:
         return None
     return OutputFullError(
-        f"no space left on the output volume writing {path} ({exc.strerror}): free space and rerun the same "
+        f"no space left on the output volume writing {path} ({why}): free space and rerun the same "
         "command; committed work is kept and resumed"
     )
 

@@ -101,25 +101,34 @@ def tree_hashes(root: Path) -> dict[str, str]:
     }
 
 
+def error_collecting_worker_config(num_workers: int = 0) -> tuple[Any, list[str]]:
+    """A one-rank energon ``WorkerConfig`` whose per-sample errors land in the returned list (energon would
+    otherwise log and skip them, so a test asserts the list empty)."""
+    from megatron.energon import WorkerConfig
+
+    errors: list[str] = []
+    wc = WorkerConfig(
+        rank=0,
+        world_size=1,
+        num_workers=num_workers,
+        global_error_handler=lambda exc, *a, **k: errors.append(repr(exc)),
+    )
+    return wc, errors
+
+
 def load_energon_samples(out: str | Path, limit: int) -> tuple[list[Any], dict[str, dict[str, Any]]]:
     """Up to ``limit`` samples of the run in ``out``: every published dataset loaded through megatron-energon
     with the reader its sample format names (the bridge format through vlmforge's reader of Bridge's parts,
     so Megatron-Bridge need not be installed; the crude one through the project's cooker), and the run's
     ``ok`` sample rows by key. Asserts that the loader reported no error and that every sample is a
     ``ChatSample`` with as many images and videos as its row."""
-    from megatron.energon import WorkerConfig, get_loader, get_train_dataset
+    from megatron.energon import get_loader, get_train_dataset
 
     from vlmforge.energon import ChatSample
     from vlmforge.tasks.ops.query import run_query
     from vlmforge.tasks.publish.formats import format_of_dataset
 
-    errors: list[str] = []
-    wc = WorkerConfig(
-        rank=0,
-        world_size=1,
-        num_workers=0,
-        global_error_handler=lambda exc, *a, **k: errors.append(repr(exc)),
-    )
+    wc, errors = error_collecting_worker_config()
     ok = {r["key"]: r for r in run_query(str(out), "SELECT * FROM samples WHERE status = 'ok'").to_pylist()}
     samples: list[Any] = []
     datasets = sorted(p.parent for p in (Path(out) / "energon").glob("*/.nv-meta"))

@@ -104,8 +104,9 @@ def other_pillow_format(data: bytes, accepted: Collection[str]) -> str | None:
     signed = [f for f in Image.ID if f not in accepted and Image.OPEN[f][1] is not None]
     unsigned = [f for f in Image.ID if f not in accepted and Image.OPEN[f][1] is None]
     for fmt in signed:
+        accept = Image.OPEN[fmt][1]
         try:
-            if not Image.OPEN[fmt][1](prefix):
+            if accept is None or not accept(prefix):
                 continue
             with Image.open(io.BytesIO(data), formats=(fmt,)):
                 return fmt

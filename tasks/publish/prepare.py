@@ -80,7 +80,7 @@ def run_prepare(
             BaseWebdatasetFactory.prepare_dataset(
                 root, tar_names, split_parts_patterns=list(patterns), shuffle_seed=None, workers=workers
             )
-    except OSError as exc:
+    except (OSError, sqlite3.Error) as exc:  # a full disk reaches energon's index as SQLITE_FULL too
         full = no_space(exc, str(root))
         if full is None:
             raise

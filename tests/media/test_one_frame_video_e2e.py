@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_flow
+from conftest import error_collecting_worker_config, run_flow
 from PIL import Image
 
 from vlmforge.schemas.config import RunConfig
@@ -100,7 +100,7 @@ def _trainer_frames(out: Path, sample_format: str) -> dict[int, list[np.ndarray]
     """Per JSONL line, the video frames the trainer's loader hands over (RGB uint8 HxWx3): the bridge
     format through vlmforge's reader of Bridge's parts, the crude one through vlmforge's cooker with every
     video decoded at its ``frame_indices``."""
-    from megatron.energon import WorkerConfig, get_loader, get_val_dataset
+    from megatron.energon import get_loader, get_val_dataset
 
     from vlmforge.energon import ChatTaskEncoder
     from vlmforge.tasks.publish.formats import format_of_dataset
@@ -108,13 +108,7 @@ def _trainer_frames(out: Path, sample_format: str) -> dict[int, list[np.ndarray]
     dataset = out / "energon" / SUBSET
     fmt = format_of_dataset(dataset)
     encoder = fmt.read_encoder() if sample_format == "bridge" else ChatTaskEncoder(video_frames=True)
-    errors: list[str] = []
-    wc = WorkerConfig(
-        rank=0,
-        world_size=1,
-        num_workers=0,
-        global_error_handler=lambda exc, *a, **k: errors.append(repr(exc)),
-    )
+    wc, errors = error_collecting_worker_config()
     ds = get_val_dataset(
         str(dataset),
         split_part="train",

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import typer
 import yaml
+from conftest import error_collecting_worker_config
 from megatron.energon import WorkerConfig, get_loader, get_train_dataset
 from published_fixture import SubsetSpec, build_out, write_manifests
 from typer.testing import CliRunner
@@ -50,13 +51,7 @@ def _draw(mix: Path, n: int) -> dict[str, list[int]]:
     """Tokens of ``n`` samples drawn from the mix's train blend, by source subset."""
     from vlmforge.energon import ChatTaskEncoder
 
-    errors: list[str] = []
-    wc = WorkerConfig(
-        rank=0,
-        world_size=1,
-        num_workers=0,
-        global_error_handler=lambda e, s, src=None: errors.append(repr(e)),
-    )
+    wc, errors = error_collecting_worker_config()
     ds = get_train_dataset(
         str(mix),
         worker_config=wc,

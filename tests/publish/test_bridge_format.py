@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from megatron.energon import WorkerConfig, get_loader, get_val_dataset
+from conftest import error_collecting_worker_config
+from megatron.energon import get_loader, get_val_dataset
 from PIL import Image
 
 from vlmforge.energon import ChatSample
@@ -235,13 +236,7 @@ def published(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
 
 def _read_all(dataset: Path) -> list[ChatSample]:
     samples: list[ChatSample] = []
-    errors: list[str] = []
-    wc = WorkerConfig(
-        rank=0,
-        world_size=1,
-        num_workers=0,
-        global_error_handler=lambda exc, *a, **k: errors.append(repr(exc)),
-    )
+    wc, errors = error_collecting_worker_config()
     for split in ("train", "val"):
         if not any(e["split"] == split for e in read_manifest(dataset)):
             continue

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import torch
 import typer
-from megatron.energon import DefaultTaskEncoder, WorkerConfig, get_loader, get_train_dataset, stateless
+from conftest import error_collecting_worker_config
+from megatron.energon import DefaultTaskEncoder, get_loader, get_train_dataset, stateless
 from published_fixture import SubsetSpec, build_out, write_manifests
 from typer.testing import CliRunner
 
@@ -194,13 +195,7 @@ class StackingEncoder(DefaultTaskEncoder[ChatSample, Encoded, list[Encoded], dic
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_task_encoder_over_the_metadataset(out: str, num_workers: int) -> None:
-    errors: list[str] = []
-    worker_config = WorkerConfig(
-        rank=0,
-        world_size=1,
-        num_workers=num_workers,
-        global_error_handler=lambda exc, sample, sources=None: errors.append(repr(exc)),
-    )
+    worker_config, errors = error_collecting_worker_config(num_workers)
     dataset = get_train_dataset(
         str(Path(out) / "energon" / "metadataset.yaml"),
         worker_config=worker_config,

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 import yaml
 from bridge_wheel import BridgeData, BridgeUnavailable, load_bridge_data, obtain_wheel, unload_bridge_data
+from conftest import error_collecting_worker_config
 
 from vlmforge.tasks.ops.query import run_query
 
@@ -88,15 +89,9 @@ def bridge_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeD
 
 def _load_split(dataset: Path, split: str) -> list[Any]:
     """Every sample of one split part, once, through energon and the dataset's own yaml (no cookers)."""
-    from megatron.energon import DefaultTaskEncoder, WorkerConfig, get_loader, get_val_dataset
+    from megatron.energon import DefaultTaskEncoder, get_loader, get_val_dataset
 
-    errors: list[str] = []
-    wc = WorkerConfig(
-        rank=0,
-        world_size=1,
-        num_workers=0,
-        global_error_handler=lambda exc, *a, **k: errors.append(repr(exc)),
-    )
+    wc, errors = error_collecting_worker_config()
     ds = get_val_dataset(
         str(dataset),
         split_part=split,

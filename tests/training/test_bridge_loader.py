@@ -32,7 +32,7 @@ from bridge_checks import (
     token_mismatches,
 )
 from bridge_wheel import BridgeData
-from conftest import run_flow
+from conftest import error_collecting_worker_config, run_flow
 
 from vlmforge.schemas.config import RunConfig
 
@@ -120,16 +120,10 @@ def test_the_metadataset_a_bridge_recipe_takes_blends_every_subset(
     bridge: BridgeData, bridge_run: Path
 ) -> None:
     """``OUT/energon/metadataset.yaml`` as a recipe's data path: energon's training loader over the blend."""
-    from megatron.energon import DefaultTaskEncoder, WorkerConfig, get_loader, get_train_dataset
+    from megatron.energon import DefaultTaskEncoder, get_loader, get_train_dataset
 
     ok, _ = manifest(bridge_run)
-    errors: list[str] = []
-    wc = WorkerConfig(
-        rank=0,
-        world_size=1,
-        num_workers=0,
-        global_error_handler=lambda exc, *a, **k: errors.append(repr(exc)),
-    )
+    wc, errors = error_collecting_worker_config()
     ds = get_train_dataset(
         str(bridge_run / "energon" / "metadataset.yaml"),
         worker_config=wc,
