@@ -33,7 +33,27 @@ class Prepared:
 
 
 def tar_header(name: str, size: int) -> bytes:
-    """The GNU tar header of a regular file: mtime 0, uid/gid 0, no user/group names, mode 0o644."""
+    """The GNU tar header of a regular file: mtime 0, uid/gid 0, no user/group names, mode 0o644.
+
+    Byte-identical to ``tarfile``'s (``TarInfo.tobuf(GNU_FORMAT)``); the common case (a name of at most
+    100 bytes, an octal size) is built directly, the rest (``././@LongLink``, base-256 sizes) by tarfile."""
+    raw = name.encode("utf-8", "surrogateescape")
+    if len(raw) > _NAME_FIELD or not 0 <= size < _MAX_OCTAL_SIZE:
+        return _tarfile_header(name, size)
+    block = b"".join((raw, bytes(_NAME_FIELD - len(raw)), _MODE_IDS, b"%011o\0" % size, _MTIME_CHKSUM, _TAIL))
+    # tarfile's checksum: the unsigned byte sum with the checksum field as 8 spaces, "%06o\0" then a space
+    return b"".join((block[:148], b"%06o\0" % sum(block), block[155:]))
+
+
+_NAME_FIELD = 100
+_MAX_OCTAL_SIZE = 8**11
+_MODE_IDS = b"0000644\0" + b"0000000\0" * 2  # mode, uid, gid
+_MTIME_CHKSUM = b"00000000000\0" + b" " * 8  # mtime 0, the checksum field while summing
+# type, linkname, GNU magic, uname, gname, devmajor, devminor, prefix, block padding
+_TAIL = tarfile.REGTYPE + bytes(100) + tarfile.GNU_MAGIC + bytes(32 + 32 + 8 + 8 + 155 + 12)
+
+
+def _tarfile_header(name: str, size: int) -> bytes:
     info = tarfile.TarInfo(name)
     info.size = size
     info.mtime = 0

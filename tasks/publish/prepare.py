@@ -117,39 +117,47 @@ def seal_index(root: Path, shard_sha256: Mapping[str, str]) -> str:
 
 
 def _canonical_sqlite(db: Path) -> None:
-    """``db`` rebuilt with the same schema and rows, rows in sorted order: identical rows, identical bytes."""
+    """``db`` rebuilt with the same schema and rows, rows in sorted order: identical rows, identical bytes.
+
+    Rows are streamed from the source in sorted order into the rebuild, so memory stays flat however
+    many samples the index holds."""
     with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as src:
         schema = src.execute(
             "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite_%' "
             "ORDER BY rowid"
         ).fetchall()
         pragmas = {p: src.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_size", "user_version")}
-        tables = {name: _sorted_rows(src, name) for kind, name, _ in schema if kind == "table"}
 
-    def build(tmp: Path) -> None:
-        with contextlib.closing(sqlite3.connect(tmp, isolation_level=None)) as dst:
-            dst.execute(f"PRAGMA page_size = {int(pragmas['page_size'])}")
-            dst.execute(f"PRAGMA user_version = {int(pragmas['user_version'])}")
-            dst.execute("BEGIN")
-            for kind, name, sql in schema:
-                if kind == "table":
-                    dst.execute(sql)
-                    rows = tables[name]
-                    if rows:
-                        marks = ", ".join("?" * len(rows[0]))
-                        dst.executemany(f'INSERT INTO "{name}" VALUES ({marks})', rows)
-            for kind, _, sql in schema:
-                if kind != "table":  # indexes (and any view or trigger) after the rows, as a rebuild does
-                    dst.execute(sql)
-            dst.execute("COMMIT")
+        def build(tmp: Path) -> None:
+            with contextlib.closing(sqlite3.connect(tmp, isolation_level=None)) as dst:
+                dst.execute(f"PRAGMA page_size = {int(pragmas['page_size'])}")
+                dst.execute(f"PRAGMA user_version = {int(pragmas['user_version'])}")
+                dst.execute("BEGIN")
+                for kind, name, sql in schema:
+                    if kind == "table":
+                        dst.execute(sql)
+                        ncols = _column_count(src, name)
+                        marks = ", ".join("?" * ncols)
+                        dst.executemany(
+                            f'INSERT INTO "{name}" VALUES ({marks})', _sorted_rows(src, name, ncols)
+                        )
+                for kind, _, sql in schema:
+                    if kind != "table":  # indexes (and any view or trigger) after the rows, as a rebuild does
+                        dst.execute(sql)
+                dst.execute("COMMIT")
 
-    _replace(db, build)
+        _replace(db, build)
 
 
-def _sorted_rows(con: sqlite3.Connection, table: str) -> list[tuple[object, ...]]:
-    ncols = len(con.execute(f'PRAGMA table_info("{table}")').fetchall())
+def _column_count(con: sqlite3.Connection, table: str) -> int:
+    return len(con.execute(f'PRAGMA table_info("{table}")').fetchall())
+
+
+def _sorted_rows(con: sqlite3.Connection, table: str, ncols: int) -> Iterator[tuple[object, ...]]:
     order = ", ".join(str(i) for i in range(1, ncols + 1))
-    return con.execute(f'SELECT * FROM "{table}" ORDER BY {order}').fetchall()
+    cursor = con.execute(f'SELECT * FROM "{table}" ORDER BY {order}')
+    while rows := cursor.fetchmany(4096):
+        yield from rows
 
 
 def _replace(path: Path, write: Callable[[Path], object]) -> None:

@@ -1,0 +1,70 @@
+"""The hand-built tar headers equal tarfile's, and the header-only re-read accepts what tarfile writes and
+refuses broken or non-file members."""
+
+from __future__ import annotations
+
+import io
+import random
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from vlmforge.tasks.publish.members import tar_header
+from vlmforge.tasks.publish.samples import EnergonPrepareError
+from vlmforge.tasks.publish.tar import check_tar
+
+
+def _tarfile_header(name: str, size: int) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode, info.uid, info.gid = size, 0, 0o644, 0, 0
+    info.uname = info.gname = ""
+    return info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape")
+
+
+def test_headers_equal_tarfile_for_edge_names_and_sizes() -> None:
+    names = ["a.json", "k" * 99, "k" * 100, "k" * 101, "é" * 50 + ".b", "é" * 51, "a\udcff.x", "日本" * 30]
+    sizes = [0, 1, 511, 512, 8**11 - 1, 8**11, 2**40]
+    rng = random.Random(7)
+    pairs = [(n, s) for n in names for s in sizes]
+    alphabet = "abz_-09é日\udc80."
+    pairs += [
+        ("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 120))), rng.randint(0, 10**12))
+        for _ in range(2000)
+    ]
+    for name, size in pairs:
+        assert tar_header(name, size) == _tarfile_header(name, size), (name, size)
+
+
+def _write(path: Path, members: list[tuple[tarfile.TarInfo, bytes]]) -> None:
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
+        for info, data in members:
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_check_tar_reads_long_names_and_refuses_broken_headers(tmp_path: Path) -> None:
+    path = tmp_path / "s.tar"
+    long_key = "k" * 150
+    _write(
+        path,
+        [(tarfile.TarInfo("a.json"), b"{}"), (tarfile.TarInfo("a.jpgs"), b"x" * 700)]
+        + [(tarfile.TarInfo(f"{long_key}.json"), b"[]")],
+    )
+    check_tar(path, ["a", long_key])
+    with pytest.raises(EnergonPrepareError, match="re-read 2 samples"):
+        check_tar(path, ["a", "b"])
+    data = bytearray(path.read_bytes())
+    data[1024 + 3] ^= 1  # a byte of the second member's header: its checksum no longer matches
+    path.write_bytes(bytes(data))
+    with pytest.raises(EnergonPrepareError, match="broken tar header at byte 1024"):
+        check_tar(path, ["a", long_key])
+
+
+def test_check_tar_refuses_a_non_file_member(tmp_path: Path) -> None:
+    path = tmp_path / "d.tar"
+    folder = tarfile.TarInfo("a.dir")
+    folder.type = tarfile.DIRTYPE
+    _write(path, [(tarfile.TarInfo("a.json"), b"{}"), (folder, b"")])
+    with pytest.raises(EnergonPrepareError, match="non-file member"):
+        check_tar(path, ["a"])
