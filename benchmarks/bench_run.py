@@ -22,7 +22,9 @@ the Linux child subreaper of the command's tree: every descendant, orphaned or n
 so ``getrusage(RUSAGE_CHILDREN)`` of the wrapper is the CPU of every process the command started (processes
 still alive 30 s after the command exits are killed and reaped, and named). The peak RSS is the largest sum of
 RSS over all the wrapper's descendants, sampled every 0.2 s (shared pages are counted in each process, as
-``ps`` does). What is timed is checked: vlmforge's run record (``OUT/runs/*.json``) must say N ok and the
+``ps`` does); beside it the peak PSS of the tree, where a page shared by several processes (forked workers,
+Ray's shared-memory object store, mapped libraries) is split among them, so it sums to what the tree really
+holds. What is timed is checked: vlmforge's run record (``OUT/runs/*.json``) must say N ok and the
 subset published, img2dataset's ``*_stats.json`` N successes; failures are printed with their reasons.
 
 Corpus (made once, cached under ``--cache``): image i is ~0.3 MP for i % 10 < 6, ~1.9 MP for 6..8 and ~12 MP
@@ -255,6 +257,28 @@ def wrap_main(result: str, cmd: list[str]) -> None:
     res.write_text(json.dumps(out))
 
 
+# What a process of the tree is, for the breakdown of the peak RSS: Ray and Prefect name their processes.
+_KINDS = (
+    ("ray::", "ray workers"),
+    ("default_worker", "ray workers"),
+    ("gcs_server", "ray gcs"),
+    ("raylet", "raylet"),
+    ("dashboard", "ray agents"),
+    ("runtime_env", "ray agents"),
+    ("log_monitor", "ray agents"),
+    ("prefect", "prefect server"),
+    ("uvicorn", "prefect server"),
+    ("img2dataset", "img2dataset"),
+    ("vlmforge", "vlmforge driver"),
+)
+
+
+def process_kind(p: Any) -> str:
+    """A short label for ``p`` (a psutil.Process) from its name and command line."""
+    text = " ".join([p.name(), *p.cmdline()[:4]])
+    return next((label for key, label in _KINDS if key in text), p.name())
+
+
 def measure(cmd: list[str], env: dict[str, str], work: Path, tag: str) -> dict[str, Any]:
     """Run ``cmd`` under the wrapper; sample the tree's RSS; return wall, CPU-s, peak RSS and its output."""
     import psutil
@@ -262,18 +286,26 @@ def measure(cmd: list[str], env: dict[str, str], work: Path, tag: str) -> dict[s
     result = work / f"{tag}.json"
     wrapper = subprocess.Popen([sys.executable, __file__, "--wrap", str(result), "--", *cmd], env=env)
     me = psutil.Process(wrapper.pid)
-    peak = 0
+    peak, peak_pss, peak_parts = 0, 0, dict[str, int]()
     try:
         while wrapper.poll() is None:
-            rss = 0
+            rss, pss, parts = 0, 0, dict[str, int]()
             try:
                 procs = me.children(recursive=True)
             except psutil.Error:
                 procs = []
             for p in procs:
                 with contextlib.suppress(psutil.Error):
-                    rss += p.memory_info().rss
-            peak = max(peak, rss)
+                    mem = p.memory_full_info()  # smaps_rollup: rss and pss in one read
+                    size = mem.rss
+                    rss += size
+                    pss += mem.pss
+                    kind = process_kind(p)
+                    parts[kind] = parts.get(kind, 0) + size
+                    parts[f"{kind} #"] = parts.get(f"{kind} #", 0) + 1
+            if rss > peak:
+                peak, peak_parts = rss, parts
+            peak_pss = max(peak_pss, pss)
             time.sleep(SAMPLE_S)
     except BaseException:
         for p in [*me.children(recursive=True), me]:
@@ -283,6 +315,10 @@ def measure(cmd: list[str], env: dict[str, str], work: Path, tag: str) -> dict[s
     r = json.loads(result.read_text())
     r["cpu"] = r["cpu_user"] + r["cpu_sys"]
     r["peak_rss"] = peak
+    r["peak_pss"] = peak_pss
+    r["peak_parts"] = dict(
+        sorted(peak_parts.items(), key=lambda kv: -kv[1])
+    )  # label: bytes, "label #": count
     r["stdout"] = result.with_suffix(".out").read_text(errors="replace")
     r["stderr"] = result.with_suffix(".err").read_text(errors="replace")
     if r["killed"]:
@@ -432,9 +468,17 @@ def print_rep(size: str, tool: str, rep: int, r: dict, unit: str) -> None:
     rate = r["ok"] / r["wall"] if r["wall"] else 0.0
     print(
         f"| {size} | {tool} | {rep} | {r['wall']:.1f} | {r['ok']}/{r.get('lines', '?')} | {rate:.1f} | "
-        f"{r['cpu']:.0f} | {100 * r['cpu'] / r['wall'] / cores:.0f}% | {r['peak_rss'] / 1e9:.2f} |",
+        f"{r['cpu']:.0f} | {100 * r['cpu'] / r['wall'] / cores:.0f}% | "
+        f"{r['peak_rss'] / 1e9:.2f} | {r['peak_pss'] / 1e9:.2f} |",
         flush=True,
     )
+    at_peak = r["peak_parts"]
+    parts = ", ".join(
+        f"{k} {v / 1e9:.2f} ({at_peak[k + ' #']})"
+        for k, v in at_peak.items()
+        if not k.endswith("#") and v >= 20e6
+    )
+    print(f"  at the peak (GB): {parts}", flush=True)
     if r["failures"]:
         print(
             f"  FAILURES ({tool}, {size} {unit}, rep {rep}): {json.dumps(r['failures'])[:3000]}", flush=True
@@ -442,8 +486,11 @@ def print_rep(size: str, tool: str, rep: int, r: dict, unit: str) -> None:
 
 
 def header(unit: str) -> None:
-    print(f"\n| {unit} | tool | rep | wall (s) | ok | {unit}/s | CPU-s | cores busy | peak tree RSS (GB) |")
-    print("|--:|---|--:|--:|--:|--:|--:|--:|--:|", flush=True)
+    print(
+        f"\n| {unit} | tool | rep | wall (s) | ok | {unit}/s | CPU-s | cores busy | "
+        "peak tree RSS (GB) | PSS (GB) |"
+    )
+    print("|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|", flush=True)
 
 
 def summarise(runs: dict[str, list[dict]]) -> dict[str, dict[str, Any]]:
@@ -458,6 +505,7 @@ def summarise(runs: dict[str, list[dict]]) -> dict[str, dict[str, Any]]:
             "per_s_per_core": statistics.mean(rates) / cores,
             "cpu_s": [round(r["cpu"], 1) for r in rs],
             "peak_rss_gb": [round(r["peak_rss"] / 1e9, 3) for r in rs],
+            "peak_pss_gb": [round(r["peak_pss"] / 1e9, 3) for r in rs],
             "ok": [r["ok"] for r in rs],
             "all_ok": all(not r["failures"] for r in rs),
         }
@@ -466,13 +514,14 @@ def summarise(runs: dict[str, list[dict]]) -> dict[str, dict[str, Any]]:
 
 def print_summary(title: str, unit: str, by_size: dict[str, dict[str, dict]]) -> None:
     print(f"\n{title}\n")
-    print(f"| {unit} | tool | wall (s) | {unit}/s | CPU-s | peak tree RSS (GB) | all ok |")
-    print("|--:|---|--:|--:|--:|--:|---|")
+    print(f"| {unit} | tool | wall (s) | {unit}/s | CPU-s | peak tree RSS (GB) | PSS (GB) | all ok |")
+    print("|--:|---|--:|--:|--:|--:|--:|---|")
     for size, tools in by_size.items():
         for tool, s in tools.items():
             print(
                 f"| {size} | {tool} | {_rng(s['wall_s'], '.1f')} | {s['per_s_mean']:.1f} | "
-                f"{_rng(s['cpu_s'], '.0f')} | {_rng(s['peak_rss_gb'], '.2f')} | {s['all_ok']} |"
+                f"{_rng(s['cpu_s'], '.0f')} | {_rng(s['peak_rss_gb'], '.2f')} | "
+                f"{_rng(s['peak_pss_gb'], '.2f')} | {s['all_ok']} |"
             )
 
 
@@ -523,16 +572,21 @@ def images_mode(a: argparse.Namespace, sizes: list[int], tmp: Path) -> dict:
     title = "images: vlmforge run vs img2dataset (ranges over repetitions, images/s the mean)"
     print_summary(title, "images", by_size)
     if have_i2d:
-        print("\n| images | vlmforge / img2dataset images/s | vlmforge / img2dataset peak RSS (median) |")
-        print("|--:|--:|--:|")
+        print("\n| images | vlmforge / img2dataset images/s | peak RSS (median) | peak PSS (median) |")
+        print("|--:|--:|--:|--:|")
         for size, s in by_size.items():
             v, i = s["vlmforge"], s["img2dataset"]
+
+            def ratio(key: str, v: dict = v, i: dict = i) -> float:
+                return statistics.median(v[key]) / max(statistics.median(i[key]), 1e-9)
+
             s["ratios"] = {
                 "images_per_s": v["per_s_mean"] / max(i["per_s_mean"], 1e-9),
-                "peak_rss": statistics.median(v["peak_rss_gb"])
-                / max(statistics.median(i["peak_rss_gb"]), 1e-9),
+                "peak_rss": ratio("peak_rss_gb"),
+                "peak_pss": ratio("peak_pss_gb"),
             }
-            print(f"| {size} | {s['ratios']['images_per_s']:.2f}x | {s['ratios']['peak_rss']:.2f}x |")
+            r = s["ratios"]
+            print(f"| {size} | {r['images_per_s']:.2f}x | {r['peak_rss']:.2f}x | {r['peak_pss']:.2f}x |")
     return {"server": srv.kind, "images": by_size}
 
 
