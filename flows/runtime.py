@@ -87,6 +87,19 @@ def configured_api_url() -> str | None:
     return str(url) if url else None
 
 
+def drain_prefect_senders(timeout_s: float = 15.0) -> None:
+    """Send the logs and events this process still holds for the Prefect API, while its server is up.
+
+    Prefect drains them at interpreter exit; with the embedded server already stopped by then, each queued
+    batch retried its connection for up to ~100 s after the run had finished ("Error logging to API: All
+    connection attempts failed"), so ``vlmforge run`` sat idle that long before exiting."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for service in (APILogWorker, EventsWorker):
+        service.drain_all(timeout=timeout_s)
+
+
 @dataclass
 class PrefectServer:
     """``prefect server start`` on loopback, spawned without waiting (:func:`spawn_prefect_server`)."""
@@ -327,4 +340,5 @@ def embedded_runtime(
                 shutil.rmtree(ray_home, ignore_errors=True)
         finally:
             if server is not None:
+                drain_prefect_senders()
                 server.stop()
