@@ -33,12 +33,11 @@ from .keys import KEY_RE
 from .listing import write_listing
 from .members import prepare_sample
 from .metadataset import write_dataset_configs
-from .prepare import default_prepare_workers, indexed_counts, run_prepare
+from .prepare import default_prepare_workers, indexed_counts, indexed_keys, run_prepare
 from .rolling import Done, ShardWriter
 from .samples import SPLITS, DatasetResult, DuplicateKeyError, EnergonPrepareError, ShardInfo, ShardSample
 from .splits import check_train_split
 from .swap import recover_old, remove, staging_path, swap_into_place
-from .tar import check_tar
 
 __all__ = ["write_energon_dataset"]
 
@@ -150,7 +149,7 @@ def _write_shards(
 def _index_and_check(
     root: Path, done: list[Done], fmt: SampleFormat, prepare_workers: int | None
 ) -> DatasetResult:
-    """Energon's prepare over the finished shards, then each shard re-read and compared with its counts."""
+    """Energon's prepare over the finished shards, then what it indexed compared with what was written."""
     tar_names = [item.shard for item in done]
     for path in root.iterdir():  # shards of a longer interrupted attempt
         if path.name.endswith(".tar") and path.name not in tar_names:
@@ -160,10 +159,11 @@ def _index_and_check(
     run_prepare(root, tar_names, patterns, workers, {item.shard: item.sha256 for item in done})
     write_dataset_configs(root / ".nv-meta", fmt)
     shard_counts = indexed_counts(root, tar_names)
+    shard_keys = indexed_keys(root, tar_names)
     result = DatasetResult(path=root)
     listing: list[tuple[ShardInfo, list[str]]] = []
     for item in done:
-        _check_shard(root, item, shard_counts[item.shard])
+        _check_shard(item, shard_keys[item.shard], shard_counts[item.shard])
         shard = ShardInfo(item.shard, item.split, len(item.keys), item.bytes, item.sha256, item.tokens)
         result.shards.append(shard)
         result.samples += shard.samples
@@ -173,8 +173,15 @@ def _index_and_check(
     return result
 
 
-def _check_shard(root: Path, item: Done, indexed: int) -> None:
-    check_tar(root / item.shard, item.keys)
+def _check_shard(item: Done, keys: list[str], indexed: int) -> None:
+    """The shard's samples as Energon indexed them (its scan of the tar's headers, checksums verified) are
+    the written keys in order, and ``.info.json`` counts them."""
+    if keys != item.keys:
+        first = next((i for i, (a, b) in enumerate(zip(keys, item.keys, strict=False)) if a != b), len(keys))
+        raise EnergonPrepareError(
+            f"{item.shard}: energon indexed {len(keys)} samples, {len(item.keys)} were written "
+            f"(first difference at {first})"
+        )
     if indexed != len(item.keys):
         raise EnergonPrepareError(
             f"{item.shard}: energon counted {indexed} samples, {len(item.keys)} were written"

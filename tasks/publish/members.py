@@ -40,17 +40,20 @@ def tar_header(name: str, size: int) -> bytes:
     raw = name.encode("utf-8", "surrogateescape")
     if len(raw) > _NAME_FIELD or not 0 <= size < _MAX_OCTAL_SIZE:
         return _tarfile_header(name, size)
-    block = b"".join((raw, bytes(_NAME_FIELD - len(raw)), _MODE_IDS, b"%011o\0" % size, _MTIME_CHKSUM, _TAIL))
-    # tarfile's checksum: the unsigned byte sum with the checksum field as 8 spaces, "%06o\0" then a space
-    return b"".join((block[:148], b"%06o\0" % sum(block), block[155:]))
+    size_field = b"%011o\0" % size
+    # tarfile's checksum: the unsigned byte sum with the checksum field as 8 spaces, "%06o\0" then a space;
+    # only the name and the size vary, so only they are summed (a 512-byte sum per member was 15% of publish)
+    chksum = b"%06o\0 " % (_FIXED_SUM + sum(raw) + sum(size_field))
+    return b"".join((raw, bytes(_NAME_FIELD - len(raw)), _MODE_IDS, size_field, _MTIME, chksum, _TAIL))
 
 
 _NAME_FIELD = 100
 _MAX_OCTAL_SIZE = 8**11
 _MODE_IDS = b"0000644\0" + b"0000000\0" * 2  # mode, uid, gid
-_MTIME_CHKSUM = b"00000000000\0" + b" " * 8  # mtime 0, the checksum field while summing
+_MTIME = b"00000000000\0"  # mtime 0
 # type, linkname, GNU magic, uname, gname, devmajor, devminor, prefix, block padding
 _TAIL = tarfile.REGTYPE + bytes(100) + tarfile.GNU_MAGIC + bytes(32 + 32 + 8 + 8 + 155 + 12)
+_FIXED_SUM = sum(_MODE_IDS) + sum(_MTIME) + sum(b" " * 8) + sum(_TAIL)
 
 
 def _tarfile_header(name: str, size: int) -> bytes:

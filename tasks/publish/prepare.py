@@ -30,7 +30,7 @@ from pathlib import Path
 from ..storage import TMP_MARK, OutputFullError, no_space
 from .samples import EnergonPrepareError
 
-__all__ = ["default_prepare_workers", "indexed_counts", "run_prepare", "seal_index"]
+__all__ = ["default_prepare_workers", "indexed_counts", "indexed_keys", "run_prepare", "seal_index"]
 
 META = ".nv-meta"
 INDEX_SQLITE = "index.sqlite"
@@ -73,11 +73,11 @@ def run_prepare(
 ) -> None:
     """Energon's ``prepare_dataset`` over ``tar_names`` in ``root`` with (split, regex) ``patterns``, then
     :func:`seal_index` (``shard_sha256``: the shards' known hashes; None reads the shards to hash them)."""
-    from megatron.energon import BaseWebdatasetFactory
+    from .shard_scan import OwnTarPreparator
 
     try:
         with _default_sigterm():
-            BaseWebdatasetFactory.prepare_dataset(
+            OwnTarPreparator.prepare_dataset(
                 root, tar_names, split_parts_patterns=list(patterns), shuffle_seed=None, workers=workers
             )
     except (OSError, sqlite3.Error) as exc:  # a full disk reaches energon's index as SQLITE_FULL too
@@ -200,3 +200,16 @@ def indexed_counts(root: Path, tar_names: list[str]) -> dict[str, int]:
     if list(shard_counts) != tar_names:
         raise EnergonPrepareError(f"energon indexed {sorted(shard_counts)}, expected {tar_names}")
     return shard_counts
+
+
+def indexed_keys(root: Path, tar_names: list[str]) -> dict[str, list[str]]:
+    """Sample keys per shard, in sample order, as Energon's ``index.sqlite`` holds them (what a trainer's
+    loader finds); shards are numbered in ``tar_names`` order, as prepare numbered them."""
+    keys: dict[str, list[str]] = {name: [] for name in tar_names}
+    with contextlib.closing(sqlite3.connect(f"file:{root / META / INDEX_SQLITE}?mode=ro", uri=True)) as con:
+        rows = con.execute("SELECT tar_file_id, sample_key FROM samples ORDER BY tar_file_id, sample_index")
+        for tar_id, key in rows:
+            if not 0 <= tar_id < len(tar_names):
+                raise EnergonPrepareError(f"index.sqlite names shard {tar_id}; {len(tar_names)} were indexed")
+            keys[tar_names[tar_id]].append(key)
+    return keys

@@ -3,7 +3,8 @@
 A shard's bytes depend only on its samples: members ``<key>.<record>`` then the media parts in order,
 headers from :func:`~.members.tar_header` (long names via ``././@LongLink``, never pax headers), padded to
 10 KiB records exactly like :mod:`tarfile`. So a rewrite, a resumed write or another machine gives
-byte-identical shards. :func:`check_tar` re-reads a written shard's headers.
+byte-identical shards. :func:`tar_members` reads a shard's headers back, as :mod:`tarfile` reads them
+(Energon's index is built from it: :mod:`.shard_scan`).
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import tarfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from .members import BLOCK, Prepared, padded
 from .samples import EnergonPrepareError, MediaPart
 
-__all__ = ["TarOut", "check_tar", "file_sha256"]
+__all__ = ["TarMember", "TarOut", "file_sha256", "tar_members"]
 
 _RECORD = tarfile.RECORDSIZE  # 10240: tarfile pads the archive to a multiple of this
 _WRITE_BUFFER = 1 << 20
@@ -123,41 +125,40 @@ class TarOut:
             self.path.unlink()
 
 
-def check_tar(path: Path, expected: list[str]) -> None:
-    """Re-open a written shard and check its members form exactly the expected samples, in order.
-
-    Reads only the headers (checksums verified, GNU long names followed, data skipped): the layout
-    :class:`TarOut` writes, read the way :mod:`tarfile` reads it."""
-    keys: list[str] = []
-    for name in _member_names(path):
-        key = name.split(".", 1)[0]
-        if not keys or keys[-1] != key:
-            keys.append(key)
-    if keys != expected:
-        first = next((i for i, (a, b) in enumerate(zip(keys, expected, strict=False)) if a != b), len(keys))
-        raise EnergonPrepareError(
-            f"{path.name}: re-read {len(keys)} samples, wrote {len(expected)} (first difference at {first})"
-        )
-
-
 _REGULAR = frozenset(tarfile.REGULAR_TYPES)
 _ZERO_BLOCK = bytes(BLOCK)
 
 
-def _member_names(path: Path) -> Iterator[str]:
-    """Names of the regular members of an uncompressed tar up to its end-of-archive marker; raises
+class TarMember(NamedTuple):
+    """A regular member as :mod:`tarfile` reports it: ``offset`` is where its first header starts (the
+    ``././@LongLink`` header of a long name), ``end`` where the next member (or the end marker) starts."""
+
+    name: str
+    offset: int
+    offset_data: int
+    size: int
+
+    @property
+    def end(self) -> int:
+        return self.offset_data + padded(self.size)
+
+
+def tar_members(path: Path) -> Iterator[TarMember]:
+    """The regular members of an uncompressed tar up to its end-of-archive marker; raises
     :class:`EnergonPrepareError` on a broken header or a member that is not a regular file."""
     long_name: str | None = None
+    start: int | None = None  # offset of a pending long name's header
     with path.open("rb") as handle:
         offset = 0
         while len(header := handle.read(BLOCK)) == BLOCK and header != _ZERO_BLOCK:
             size = _header_size(path, header, offset)
             kind = header[156:157]
             if kind == tarfile.GNUTYPE_LONGNAME:
-                long_name = _nts(handle.read(size))
+                long_name, start = _nts(handle.read(size)), offset if start is None else start
             elif kind in _REGULAR:
-                yield long_name if long_name is not None else _nts(header[:100])
-                long_name = None
+                name = long_name if long_name is not None else _nts(header[:100])
+                yield TarMember(name, offset if start is None else start, offset + BLOCK, size)
+                long_name = start = None
             else:
                 raise EnergonPrepareError(f"{path.name}: unexpected non-file member {_nts(header[:100])!r}")
             offset += BLOCK + padded(size)

@@ -35,6 +35,7 @@ dataset back without ``megatron.bridge`` installed (:mod:`.chatml_read`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Sequence
@@ -74,6 +75,13 @@ def _composed(name: str, parts: Sequence[MediaPart], size: int, load: Callable[[
     for part in parts:
         ident.update(f"\0{part.size}\0{part.sha256}".encode())
     return MediaPart(name=name, size=size, sha256=ident.hexdigest(), load=load)
+
+
+@functools.cache
+def _no_media(name: str) -> MediaPart:
+    """The ``jpgs`` or ``videos`` part of a sample without images or videos: always the same bytes, so made
+    once (a text-only row otherwise paid two hashes and a pickle for it, ~15% of its publish)."""
+    return _jpgs([]) if name == "jpgs" else _videos([])
 
 
 def _jpgs(images: list[MediaPart]) -> MediaPart:
@@ -160,8 +168,8 @@ class BridgeFormat(SampleFormat):
         conversation = json.dumps(turns, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         sidecar = json.dumps(record, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
         parts = (
-            _jpgs(linked.images),
-            _videos(linked.videos),
+            _jpgs(linked.images) if linked.images else _no_media("jpgs"),
+            _videos(linked.videos) if linked.videos else _no_media("videos"),
             MediaPart.from_bytes(SIDECAR, sidecar.encode()),
         )
         return TarParts(record_name="json", record=conversation, media=parts)

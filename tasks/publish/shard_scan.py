@@ -1,0 +1,95 @@
+"""Energon's prepare, with each shard's scan done by vlmforge's own tar header reader.
+
+Energon's prepare reads every shard with :mod:`tarfile` in worker processes and streams what it finds (a
+row per sample and per part, the ``.tar.idx`` offsets) to its aggregator, which writes ``index.sqlite``,
+``.info.json`` and ``split.yaml``. The scan is what costs: ~0.7 ms of CPU a text sample, 80 s of a 200,000-row
+publish on 2 cores. Our shards are the GNU tars :class:`~.tar.TarOut` writes, so :func:`~.tar.tar_members`
+reads their headers with no ``TarInfo`` objects (~20x less CPU) and :func:`scan_shard` yields Energon's own
+item types, in Energon's order, from it. Everything else (pool, aggregator, sqlite writer, info and split
+files) stays Energon's. A shard the reader refuses (a layout we did not write) goes to Energon's own scan,
+so its verdict is Energon's. ``tests/publish/test_shard_scan.py`` checks that both scans give the same items
+and the same ``.tar.idx`` bytes on every layout the writer makes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from megatron.energon.epathlib import EPath
+from megatron.energon.flavors.webdataset.config import skip_meta_re, split_name_re
+from megatron.energon.flavors.webdataset.itar import TarIndexWriter
+from megatron.energon.flavors.webdataset.prepare import (
+    IndexSample,
+    IndexSamplePart,
+    IndexShardInfo,
+    WebdatasetPreparator,
+)
+from megatron.energon.flavors.webdataset.structs import ShardInfo
+
+from .samples import EnergonPrepareError
+from .tar import TarMember, tar_members
+
+__all__ = ["OwnTarPreparator", "scan_shard"]
+
+
+def scan_shard(
+    path: str,
+    shard_to_idx: dict[str, int],
+    parent_path: EPath,
+    max_parts: int,
+    media_filter: Any = None,
+) -> Iterator[Any]:
+    """What ``WebdatasetPreparator._preprocess_tar`` yields for the shard ``path`` (same signature)."""
+    shard_path = parent_path / path
+    members = _read_members(shard_path) if media_filter is None else None
+    if members is None:  # media metadata wanted, or not a tar we wrote: Energon's own scan
+        yield from WebdatasetPreparator._preprocess_tar(
+            path, shard_to_idx, parent_path, max_parts, media_filter
+        )
+        return
+    tar_id = shard_to_idx[path]
+    count, parts = 0, set[str]()
+    with TarIndexWriter(shard_path) as index:
+        last_base = None
+        pending: dict[str, Any] | None = None
+        for member in members:
+            if skip_meta_re.match(member.name) or (match := split_name_re.match(member.name)) is None:
+                continue
+            base, part = match.group(1), match.group(2)
+            if len(parts) < max_parts:
+                parts.add(part)
+            if base != last_base:
+                index.append(member.offset)
+                if pending is not None:
+                    yield IndexSample(**pending, byte_size=member.offset - pending["byte_offset"])
+                pending = dict(
+                    tar_file_id=tar_id, sample_key=base, sample_index=count, byte_offset=member.offset
+                )
+                last_base, count = base, count + 1
+            yield IndexSamplePart(
+                tar_file_id=tar_id,
+                sample_index=count - 1,
+                part_name=part,
+                content_byte_offset=member.offset_data,
+                content_byte_size=member.size,
+            )
+        end = members[-1].end if members else 0
+        index.append(end)
+        if pending is not None:
+            yield IndexSample(**pending, byte_size=end - pending["byte_offset"])
+    yield IndexShardInfo(shard_info=ShardInfo(name=path, path=shard_path, count=count), parts=parts)
+
+
+def _read_members(shard_path: EPath) -> list[TarMember] | None:
+    try:
+        return list(tar_members(Path(str(shard_path.local_path()))))
+    except (EnergonPrepareError, OSError, ValueError):
+        return None
+
+
+class OwnTarPreparator(WebdatasetPreparator):
+    """Energon's ``prepare_dataset`` with :func:`scan_shard` as its per-shard scan."""
+
+    _preprocess_tar = staticmethod(scan_shard)

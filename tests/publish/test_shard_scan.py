@@ -1,0 +1,153 @@
+"""The publish stage's shard scan gives megatron-energon's prepare what its own tarfile scan gives it.
+
+Energon's ``WebdatasetPreparator._preprocess_tar`` is the verdict: on shards the writer made (long keys that
+need ``././@LongLink`` headers, media parts, several shards, both splits) both scans must yield equal items
+and write byte-identical ``.tar.idx`` files, and a whole prepared dataset must come out byte for byte as
+Energon's unmodified prepare makes it. A tar the scan does not understand is left to Energon's scan.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+from megatron.energon.epathlib import EPath
+from megatron.energon.flavors.webdataset.prepare import WebdatasetPreparator
+
+from vlmforge.tasks.publish import dataset as dataset_module
+from vlmforge.tasks.publish.dataset import write_energon_dataset
+from vlmforge.tasks.publish.prepare import indexed_keys, run_prepare, seal_index
+from vlmforge.tasks.publish.rolling import Done
+from vlmforge.tasks.publish.samples import EnergonPrepareError, MediaPart, ShardSample
+from vlmforge.tasks.publish.shard_scan import scan_shard
+from vlmforge.tasks.publish.tar import file_sha256
+
+
+def _samples(n: int) -> list[ShardSample]:
+    out = []
+    for i in range(n):
+        key = f"s{i:04d}" + ("_" + "k" * 120 if i % 3 == 0 else "")  # every third key needs a long name
+        content: list[object] = [{"type": "text", "text": f"question {i} " * (i % 7)}]
+        media: list[MediaPart] = []
+        for j in range(i % 3):
+            content.append({"type": "image", "part": f"{j}.jpg"})
+            media.append(MediaPart.from_bytes(f"{j}.jpg", bytes([i % 256]) * (100 + 37 * i + j)))
+        doc = {"messages": [{"role": "user", "content": content}], "vlmforge": {"key": key}}
+        out.append(ShardSample(key=key, split="val" if i % 5 == 0 else "train", json=doc, media=tuple(media)))
+    return out
+
+
+def _written(tmp_path: Path, sample_format: str = "bridge") -> Path:
+    dest = tmp_path / "ds"
+    write_energon_dataset(
+        _samples(40), dest, subset="scan", shard_max_samples=7, fsync=False, sample_format=sample_format
+    )
+    return dest
+
+
+def _scan_both(dest: Path, tmp_path: Path, name: str) -> tuple[list, bytes, list, bytes]:
+    """Energon's scan and ours over copies of the shard ``name``: (items, .tar.idx bytes) each."""
+    results = []
+    for who, scan in (("energon", WebdatasetPreparator._preprocess_tar), ("vlmforge", scan_shard)):
+        folder = tmp_path / who
+        folder.mkdir(exist_ok=True)
+        shutil.copy(dest / name, folder / name)
+        items = list(scan(name, {name: 3}, EPath(folder), 50))
+        for item in items:  # the shard's path names the folder it was scanned in
+            if hasattr(item, "shard_info"):
+                item.shard_info.path = EPath("/")
+        results += [items, (folder / f"{name}.idx").read_bytes()]
+    return results[0], results[1], results[2], results[3]
+
+
+@pytest.mark.parametrize("sample_format", ["bridge", "crude"])  # media in one pickled member, or one each
+def test_scan_yields_energons_items_and_tar_index(tmp_path: Path, sample_format: str) -> None:
+    dest = _written(tmp_path, sample_format)
+    shards = sorted(p.name for p in dest.glob("*.tar"))
+    assert len(shards) > 4 and any(s.startswith("val-") for s in shards)
+    for name in shards:
+        theirs, their_idx, ours, our_idx = _scan_both(dest, tmp_path, name)
+        assert ours == theirs, name
+        assert our_idx == their_idx, name
+    media_member = "0.jpg" if sample_format == "crude" else "jpgs"
+    assert any(getattr(item, "part_name", None) == media_member for item in theirs)
+
+
+def test_a_tar_we_did_not_write_gets_energons_own_scan(tmp_path: Path) -> None:
+    """A directory member (no writer of ours makes one) is not read by our scan: Energon's scan decides."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        folder = tarfile.TarInfo("sub")
+        folder.type = tarfile.DIRTYPE
+        tar.addfile(folder)
+        for key in ("sub/a", "sub/b"):
+            data = b'{"x": 1}'
+            info = tarfile.TarInfo(f"{key}.json")
+            info.size = len(data)
+            info.pax_headers = {"comment": "pax"}
+            tar.addfile(info, io.BytesIO(data))
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "odd.tar").write_bytes(buf.getvalue())
+    theirs, their_idx, ours, our_idx = _scan_both(tmp_path / "src", tmp_path, "odd.tar")
+    assert [getattr(i, "sample_key", None) for i in theirs if hasattr(i, "sample_key")] == ["sub/a", "sub/b"]
+    assert (ours, our_idx) == (theirs, their_idx)
+
+
+def test_prepared_dataset_is_byte_identical_to_energons_own_prepare(tmp_path: Path) -> None:
+    dest = _written(tmp_path)
+    shards = sorted(p.name for p in dest.glob("*.tar"))
+    patterns = [("train", r"train-.*"), ("val", r"val-.*")]
+    twins = {}
+    for who in ("vlmforge", "energon"):
+        root = tmp_path / f"prep-{who}"
+        root.mkdir()
+        for name in shards:
+            shutil.copy(dest / name, root / name)
+        if who == "vlmforge":
+            run_prepare(root, shards, patterns, 2)
+        else:  # Energon's prepare as shipped (tarfile scan), sealed the same way
+            WebdatasetPreparator.prepare_dataset(
+                root, shards, split_parts_patterns=patterns, shuffle_seed=None, workers=2
+            )
+            seal_index(root, {name: file_sha256(root / name) for name in shards})
+        twins[who] = {
+            str(p.relative_to(root)): p.read_bytes()
+            for p in sorted(root.rglob("*"))
+            if p.is_file() and not p.name.endswith(".tar")
+        }
+    assert len([k for k in twins["energon"] if k.endswith(".tar.idx")]) == len(shards)
+    assert ".nv-meta/index.sqlite" in twins["energon"]
+    assert twins["vlmforge"] == twins["energon"]
+
+
+def test_a_shard_that_does_not_hold_what_was_written_is_refused(tmp_path: Path) -> None:
+    """The publish check compares the keys Energon indexed with the keys written: a shard whose bytes
+    changed on disk (here: a sample renamed, same size) is an error, not a published dataset."""
+    dest = _written(tmp_path)
+    name = "train-scan-000000.tar"
+    names = [name]
+    root = tmp_path / "tampered"
+    root.mkdir()
+    data = (dest / name).read_bytes()
+    written = indexed_keys(dest, sorted(p.name for p in dest.glob("*.tar")))[name]
+    # rename the second sample's members, fixing their header checksums as tarfile would
+    renamed = written[1][:-1] + ("x" if written[1][-1] != "x" else "y")
+    buf = io.BytesIO()
+    with (
+        tarfile.open(fileobj=io.BytesIO(data)) as src,
+        tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as out,
+    ):
+        for member in src:
+            payload = src.extractfile(member).read()  # type: ignore[union-attr]
+            if member.name.startswith(written[1] + "."):
+                member.name = renamed + member.name[len(written[1]) :]
+            out.addfile(member, io.BytesIO(payload))
+    (root / name).write_bytes(buf.getvalue())
+    run_prepare(root, names, [("train", r"train-.*")], 1)
+    done = Done(name, "train", written, 0, "", None, False)
+    with pytest.raises(EnergonPrepareError, match="first difference at 1"):
+        dataset_module._check_shard(done, indexed_keys(root, names)[name], len(written))
+    dataset_module._check_shard(done, written, len(written))  # the keys as written pass
