@@ -149,7 +149,9 @@ def run(
             "(CrudeWebdataset + vlmforge's cooker: media parts as stored, video bytes with frame_indices)"
         ),
     ] = "bridge",
-    batch_lines: Annotated[int, typer.Option(help="JSONL lines per batch (the unit of work)")] = 2000,
+    batch_lines: Annotated[
+        int, typer.Option(help="JSONL lines per batch at most (the unit of work; media cap it sooner)")
+    ] = 10_000,
     ray_address: Annotated[str | None, typer.Option(help="existing Ray cluster (default: local)")] = None,
     num_cpus: Annotated[int | None, typer.Option(help="CPUs for the local Ray")] = None,
 ) -> None:
