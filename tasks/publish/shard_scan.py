@@ -13,6 +13,7 @@ and the same ``.tar.idx`` bytes on every layout the writer makes.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,8 @@ from .tar import TarMember, tar_members
 
 __all__ = ["OwnTarPreparator", "scan_shard"]
 
+log = logging.getLogger(__name__)
+
 
 def scan_shard(
     path: str,
@@ -49,7 +52,17 @@ def scan_shard(
             path, shard_to_idx, parent_path, max_parts, media_filter
         )
         return
-    tar_id = shard_to_idx[path]
+    try:
+        yield from _indexed(path, shard_to_idx[path], shard_path, members, max_parts)
+    except BaseException:  # as Energon's scan does: its workers must always report back to the aggregator
+        log.exception("Shard failed to load: %r. Skipping it.", path)
+        yield IndexShardInfo(shard_info=ShardInfo(name=path, path=shard_path, count=0), parts=set())
+
+
+def _indexed(
+    path: str, tar_id: int, shard_path: EPath, members: list[TarMember], max_parts: int
+) -> Iterator[Any]:
+    """Energon's items for one shard, in Energon's order, and its ``.tar.idx`` (written as they go)."""
     count, parts = 0, set[str]()
     with TarIndexWriter(shard_path) as index:
         last_base = None

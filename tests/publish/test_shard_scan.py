@@ -151,3 +151,18 @@ def test_a_shard_that_does_not_hold_what_was_written_is_refused(tmp_path: Path) 
     with pytest.raises(EnergonPrepareError, match="first difference at 1"):
         dataset_module._check_shard(done, indexed_keys(root, names)[name], len(written))
     dataset_module._check_shard(done, written, len(written))  # the keys as written pass
+
+
+@pytest.mark.timeout(120)
+def test_a_scan_that_fails_midway_fails_prepare_and_never_hangs_it(tmp_path: Path) -> None:
+    """Energon's workers must report every shard back, failed or not, or its aggregator waits forever: a
+    shard whose ``.tar.idx`` cannot be written (a folder holds its temporary name) fails the prepare with
+    Energon's own verdict, as Energon's scan does."""
+    dest = _written(tmp_path)
+    shards = sorted(p.name for p in dest.glob("*.tar"))
+    (dest / ".nv-meta").mkdir(exist_ok=True)
+    for path in dest.glob("*.tar.idx"):
+        path.unlink()
+    (dest / f"{shards[1]}.idx.tmp").mkdir()
+    with pytest.raises(EnergonPrepareError, match="has no samples"):
+        run_prepare(dest, shards, [("train", r"train-.*"), ("val", r"val-.*")], 2)
