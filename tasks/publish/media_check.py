@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..media.trainer_decode import PART_CHECKS, part_problem
+from .prepare import INDEX_SQLITE, META
 
 __all__ = ["media_problems"]
 
@@ -65,10 +66,10 @@ def _located(path: Path, keys: set[str]) -> list[tuple[str, int, int]]:
     """(shard, byte offset, byte size) of each key in ``index.sqlite``, in shard and offset order; shards
     are numbered in ``.info.json`` order, as Energon numbers them. Empty when the index cannot be read (the
     index checks report that)."""
-    meta = path / ".nv-meta"
+    meta = path / META
     try:
         names = list(json.loads((meta / ".info.json").read_text(encoding="utf-8"))["shard_counts"])
-        with sqlite3.connect(f"file:{meta / 'index.sqlite'}?mode=ro", uri=True) as con:
+        with sqlite3.connect(f"file:{meta / INDEX_SQLITE}?mode=ro", uri=True) as con:
             con.execute("CREATE TEMP TABLE wanted (key TEXT PRIMARY KEY)")
             con.executemany("INSERT INTO wanted VALUES (?)", [(k,) for k in keys])
             rows = con.execute(

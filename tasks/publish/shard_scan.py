@@ -5,10 +5,10 @@ row per sample and per part, the ``.tar.idx`` offsets) to its aggregator, which 
 ``.info.json`` and ``split.yaml``. The scan is what costs: 3.4 s of CPU per 10,000-sample text shard, the
 largest part of a 200,000-row publish. Our shards are the GNU tars :class:`~.tar.TarOut` writes, so
 :func:`~.tar.tar_members` reads their headers with no ``TarInfo`` objects and :func:`scan_shard` yields
-Energon's own item types, in Energon's order, from it: 0.8 s for the same shard. Everything else (pool, aggregator, sqlite writer, info and split
-files) stays Energon's. A shard the reader refuses (a layout we did not write) goes to Energon's own scan,
-so its verdict is Energon's. ``tests/publish/test_shard_scan.py`` checks that both scans give the same items
-and the same ``.tar.idx`` bytes on every layout the writer makes.
+Energon's own item types, in Energon's order, from it: 0.8 s for the same shard. Everything else (pool,
+aggregator, sqlite writer, info and split files) stays Energon's. A shard the reader refuses (a layout we
+did not write) goes to Energon's own scan, so its verdict is Energon's. ``tests/publish/test_shard_scan.py``
+checks that both scans give the same items and the same ``.tar.idx`` bytes on every layout the writer makes.
 """
 
 from __future__ import annotations
