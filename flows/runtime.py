@@ -55,6 +55,11 @@ QUIET_ENV = {
     "AWS_EC2_METADATA_DISABLED": "true",
 }
 
+# The environment of a local Ray's processes, unless the caller's sets them. glibc gives every thread that
+# allocates an arena of its own, up to 8 per core, and keeps what is freed in each: with a batch's 16 fetch
+# threads, two arenas cut the peak tree RSS of 5,000 images from 3.42 to 3.20 GB, at the same wall time.
+RAY_PROCESS_ENV = {"MALLOC_ARENA_MAX": "2"}
+
 RAY_BOOTSTRAP = "cluster_name: vlmforge-local\nprovider:\n  type: local\n"
 LOOPBACK = "127.0.0.1"
 
@@ -200,6 +205,21 @@ def _require_local_only_ray() -> None:
 
 
 @contextlib.contextmanager
+def _environ(updates: dict[str, str]) -> Iterator[None]:
+    """``os.environ`` updated for the block, then restored (a variable that was unset is unset again)."""
+    previous = {k: os.environ.get(k) for k in updates}
+    os.environ.update(updates)
+    try:
+        yield
+    finally:
+        for k, v in previous.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
 def _quiet(logger_name: str) -> Iterator[None]:
     logger = logging.getLogger(logger_name)
     level = logger.level
@@ -223,12 +243,11 @@ def start_local_ray(num_cpus: int | None = None, attempts: int = 3) -> Path:
         # the run starts and dies with them.
         os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
     ray_token_path()
-    # Ray's processes inherit the environment at start: swap HOME only around the start. RAY_AUTH_MODE
-    # unset: ray.init then turns token authentication on for the new cluster, for itself and its processes.
-    old_home = os.environ.get("HOME")
-    os.environ["HOME"] = str(home)
+    # Ray's processes inherit the environment at start: swap HOME (and the allocator's settings) only around
+    # the start. RAY_AUTH_MODE unset: ray.init then turns token authentication on for the new cluster, for
+    # itself and its processes.
     os.environ.pop("RAY_AUTH_MODE", None)
-    try:
+    with _environ({"HOME": str(home)} | {k: os.environ.get(k, v) for k, v in RAY_PROCESS_ENV.items()}):
         for attempt in range(1, attempts + 1):
             try:
                 with _quiet("ray._private.authentication.authentication_token_setup"):  # "token auth is on"
@@ -249,11 +268,6 @@ def start_local_ray(num_cpus: int | None = None, attempts: int = 3) -> Path:
                 if attempt == attempts or "timed out during startup" not in str(exc):
                     raise
                 log.warning("local Ray did not start in time (attempt %d of %d); retrying", attempt, attempts)
-    finally:
-        if old_home is None:
-            os.environ.pop("HOME", None)
-        else:
-            os.environ["HOME"] = old_home
     if ray.util.get_node_ip_address() != LOOPBACK:  # never a reachable Ray by accident
         ray.shutdown()
         raise RuntimeError(f"local Ray took node IP {ray.util.get_node_ip_address()}, not {LOOPBACK}")

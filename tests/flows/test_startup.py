@@ -5,7 +5,8 @@ environment after the import kept seeing no API and started a temporary server o
 the run had started (the Ray workers used the first, the driver the second). A real ``vlmforge run`` of a
 small text-only release, in a session of its own, with the test-only watch hook of ``flows/faults.py``: at
 each stage event (Prefect API up, Ray up, every batch, gate, publish, validation) the run is paused while
-this test lists its whole process tree; every scan must see exactly one Prefect server, always the same.
+this test lists its whole process tree; every scan must see exactly one Prefect server, always the same,
+and while batches run, Ray's processes must see the environment a local Ray is started with.
 """
 
 from __future__ import annotations
@@ -71,15 +72,35 @@ def prefect_servers(root: int) -> set[int]:
     return found
 
 
+def ray_process_settings(root: int) -> list[tuple[str, bool, str | None]]:
+    """For each Ray process of the tree (GCS, raylet, ``ray::`` workers and agents): its name, whether its
+    HOME holds ``ray_bootstrap_config.yaml``, and its ``MALLOC_ARENA_MAX``. Ray's agents write their title
+    over their environment block, so theirs reads empty; they inherit the raylet's, which is read."""
+    found = []
+    for proc in process_tree(root):
+        try:
+            cmd, env = proc.cmdline(), proc.environ()
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            continue
+        name = cmd[0] if cmd and cmd[0].startswith("ray::") else Path(cmd[0]).name if cmd else ""
+        if env and (name.startswith("ray::") or name in ("raylet", "gcs_server")):
+            home = Path(env.get("HOME", "/nonexistent"))
+            found.append((name, (home / "ray_bootstrap_config.yaml").is_file(), env.get("MALLOC_ARENA_MAX")))
+    return found
+
+
 def test_an_embedded_run_starts_one_prefect_server(tmp_path: Path) -> None:
     release, out, log = _text_release(tmp_path, 10), tmp_path / "out", tmp_path / "run.log"
     cmd = [sys.executable, "-m", "vlmforge.flows.cli", "run", str(release), "--out", str(out)]
     scans: dict[str, set[int]] = {}
+    ray_processes: list[tuple[str, bool, str | None]] = []
     run: subprocess.Popen[bytes] | None = None
 
     def scan(event: str) -> None:  # the run is paused at ``event`` while this runs
         assert run is not None
         scans[event] = prefect_servers(run.pid)
+        if event.startswith("batches"):
+            ray_processes.extend(ray_process_settings(run.pid))
 
     with StageEvents(scan) as events, log.open("wb") as handle:
         env = os.environ.copy() | events.env | {"PYTHONUNBUFFERED": "1"}
@@ -101,3 +122,9 @@ def test_an_embedded_run_starts_one_prefect_server(tmp_path: Path) -> None:
     counts = {event: len(pids) for event, pids in scans.items()}
     assert set(counts.values()) == {1}, counts  # exactly one server at every point of the run
     assert len(set().union(*scans.values())) == 1, scans  # and the same one throughout
+    # Ray's processes (a batch's worker among them) see the HOME with Ray's bootstrap file, so no start probes
+    # cloud metadata, and two malloc arenas (flows/runtime.py RAY_PROCESS_ENV)
+    assert {"raylet", "gcs_server", "ray::build-batch"} <= {name for name, _, _ in ray_processes}, (
+        ray_processes
+    )
+    assert all(home_ok and arenas == "2" for _, home_ok, arenas in ray_processes), ray_processes

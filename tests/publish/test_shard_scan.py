@@ -9,21 +9,28 @@ Energon's unmodified prepare makes it. A tar the scan does not understand is lef
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from megatron.energon.epathlib import EPath
+from megatron.energon.flavors.webdataset.aggregator_pool import BaseAggregator
 from megatron.energon.flavors.webdataset.prepare import WebdatasetPreparator
 
 from vlmforge.tasks.publish import dataset as dataset_module
 from vlmforge.tasks.publish.dataset import write_energon_dataset
+from vlmforge.tasks.publish.inline_pool import InlineAggregatorPool
 from vlmforge.tasks.publish.prepare import indexed_keys, run_prepare, seal_index
 from vlmforge.tasks.publish.rolling import Done
 from vlmforge.tasks.publish.samples import EnergonPrepareError, MediaPart, ShardSample
 from vlmforge.tasks.publish.shard_scan import scan_shard
 from vlmforge.tasks.publish.tar import file_sha256
+
+_forks: list[int] = []
+os.register_at_fork(before=lambda: _forks.append(os.getpid()))  # every fork of the test process, counted
 
 
 def _samples(n: int) -> list[ShardSample]:
@@ -96,7 +103,8 @@ def test_a_tar_we_did_not_write_gets_energons_own_scan(tmp_path: Path) -> None:
     assert (ours, our_idx) == (theirs, their_idx)
 
 
-def test_prepared_dataset_is_byte_identical_to_energons_own_prepare(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2])  # one worker runs in this process (inline_pool), two are forked
+def test_prepared_dataset_is_byte_identical_to_energons_own_prepare(tmp_path: Path, workers: int) -> None:
     dest = _written(tmp_path)
     shards = sorted(p.name for p in dest.glob("*.tar"))
     patterns = [("train", r"train-.*"), ("val", r"val-.*")]
@@ -107,7 +115,10 @@ def test_prepared_dataset_is_byte_identical_to_energons_own_prepare(tmp_path: Pa
         for name in shards:
             shutil.copy(dest / name, root / name)
         if who == "vlmforge":
-            run_prepare(root, shards, patterns, 2)
+            forks_before = len(_forks)
+            run_prepare(root, shards, patterns, workers)
+            # one worker forks nothing; two are Energon's forked pool (so the count can tell them apart)
+            assert len(_forks) - forks_before == (0 if workers == 1 else workers)
         else:  # Energon's prepare as shipped (tarfile scan), sealed the same way
             WebdatasetPreparator.prepare_dataset(
                 root, shards, split_parts_patterns=patterns, shuffle_seed=None, workers=2
@@ -166,3 +177,35 @@ def test_a_scan_that_fails_midway_fails_prepare_and_never_hangs_it(tmp_path: Pat
     (dest / f"{shards[1]}.idx.tmp").mkdir()
     with pytest.raises(EnergonPrepareError, match="has no samples"):
         run_prepare(dest, shards, [("train", r"train-.*"), ("val", r"val-.*")], 2)
+
+
+@pytest.mark.timeout(60)
+def test_an_inline_worker_that_raises_fails_the_pool_and_never_hangs_it() -> None:
+    """The in-process worker raising midway: the pool raises that error once the aggregator has stopped,
+    never returns the index of part of the shards, and never waits for a report that cannot come."""
+
+    class Collect(BaseAggregator):
+        def __init__(self) -> None:
+            self.items: list[int] = []
+
+        def on_item(self, items: list[int], aggregator_pool: object) -> None:
+            self.items += items
+
+        def get_final_result_data(self) -> list[int]:
+            return self.items
+
+    def produce(task: int) -> Iterator[int]:
+        if task == 2:
+            raise RuntimeError("shard 2 unreadable")
+        yield task
+
+    pool = InlineAggregatorPool(num_workers=1, user_produce_data=produce, aggregator=Collect(), batch_size=1)
+    for task in range(4):
+        pool.submit_task(task)
+    with pytest.raises(RuntimeError, match="shard 2 unreadable"):
+        pool.process()
+
+    ok = InlineAggregatorPool(num_workers=1, user_produce_data=lambda t: iter([t, t]), aggregator=Collect())
+    for task in range(3):
+        ok.submit_task(task)
+    assert ok.process() == [0, 0, 1, 1, 2, 2]  # one worker: items in task order, as Energon's pool gives
