@@ -310,7 +310,7 @@ def _mb_s(row: dict[str, float]) -> float:
 
 
 def main() -> None:
-    from vlmforge.tasks.publish.prepare import default_prepare_workers
+    from vlmforge.tasks.publish.prepare import PREPARE_WORKERS
     from vlmforge.tasks.publish.rolling import parse_size
 
     parser = argparse.ArgumentParser(
@@ -398,8 +398,7 @@ def main() -> None:
         )
 
         dataset = Path(str(ours["path"]))
-        n_tars = int(ours["shards"])
-        workers = default_prepare_workers(n_tars)
+        workers = PREPARE_WORKERS
         cli = bench_prepare_cli(dataset, workers)
         rows.append(
             (

@@ -33,7 +33,7 @@ from .keys import KEY_RE
 from .listing import write_listing
 from .members import prepare_sample
 from .metadataset import write_dataset_configs
-from .prepare import default_prepare_workers, indexed_counts, indexed_keys, run_prepare
+from .prepare import PREPARE_WORKERS, indexed_counts, indexed_keys, run_prepare
 from .rolling import Done, ShardWriter
 from .samples import SPLITS, DatasetResult, DuplicateKeyError, EnergonPrepareError, ShardInfo, ShardSample
 from .splits import check_train_split
@@ -63,7 +63,7 @@ def write_energon_dataset(
     ``fsync`` makes every shard durable before it is recorded as finished (and the publish rename after
     it); ``resume`` keeps the finished shards of an interrupted earlier call with the same ``subset``,
     limits and ``sample_format`` when the same samples arrive for them again (see :mod:`.journal`).
-    ``prepare_workers`` is the process count of Energon's prepare (default :func:`default_prepare_workers`).
+    ``prepare_workers`` is the process count of Energon's prepare (default :data:`~.prepare.PREPARE_WORKERS`).
 
     Raises :class:`DuplicateKeyError` on a repeated key, :class:`ValueError` on an invalid sample or an
     empty input (an Energon dataset needs at least one shard), :class:`~.splits.EmptyTrainSplitError` when
@@ -155,7 +155,7 @@ def _index_and_check(
         if path.name.endswith(".tar") and path.name not in tar_names:
             remove(path)
     patterns = [(split, rf"{split}-.*") for split in SPLITS if any(item.split == split for item in done)]
-    workers = prepare_workers or default_prepare_workers(len(tar_names))
+    workers = prepare_workers or PREPARE_WORKERS
     run_prepare(root, tar_names, patterns, workers, {item.shard: item.sha256 for item in done})
     write_dataset_configs(root / ".nv-meta", fmt)
     shard_counts = indexed_counts(root, tar_names)

@@ -30,7 +30,7 @@ from pathlib import Path
 from ..storage import TMP_MARK, OutputFullError, no_space
 from .samples import EnergonPrepareError
 
-__all__ = ["default_prepare_workers", "indexed_counts", "indexed_keys", "run_prepare", "seal_index"]
+__all__ = ["PREPARE_WORKERS", "indexed_counts", "indexed_keys", "run_prepare", "seal_index"]
 
 META = ".nv-meta"
 INDEX_SQLITE = "index.sqlite"
@@ -39,15 +39,12 @@ INDEX_UUID = "index.uuid"
 _UUID_INPUTS = (".info.json", "split.yaml", INDEX_SQLITE)
 
 
-#: Shards one prepare worker scans before a second one pays off: our scan takes ~0.8 s of CPU per
-#: 10,000-sample shard, and each further worker is a fork of the whole (Ray worker) process.
-SHARDS_PER_WORKER = 4
-
-
-def default_prepare_workers(n_tars: int) -> int:
-    """Workers for Energon's prepare: one per :data:`SHARDS_PER_WORKER` shards, at most one per CPU and 8.
-    A single worker runs in this process (:mod:`.inline_pool`), more are forked by Energon's pool."""
-    return max(1, min(-(-n_tars // SHARDS_PER_WORKER), os.cpu_count() or 1, 8))
+#: Workers of Energon's prepare by default: one, in this process (:mod:`.inline_pool`), however many shards.
+#: Our scan takes ~0.8 s of CPU per 10,000-sample shard (:mod:`.shard_scan`), so a second worker no longer
+#: pays for its fork of the whole (Ray worker) process: 200,000 text rows in 21 shards published in 74.6 s
+#: end to end with one in-process worker against 76.8 s with two forked ones, at a peak tree RSS of 2.75
+#: against 3.70 GB (``benchmarks/bench_run.py --text-rows 200000``).
+PREPARE_WORKERS = 1
 
 
 @contextlib.contextmanager
