@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -159,13 +159,19 @@ def part_metadata(layout: OutputLayout, path: str) -> dict[bytes, bytes] | None:
         return None
 
 
-def read_table(layout: OutputLayout, table: str, subset: str) -> pa.Table:
-    """All parts of ``table`` for ``subset`` in part order (an empty table with the schema if none)."""
+def read_table(
+    layout: OutputLayout, table: str, subset: str, columns: Sequence[str] | None = None
+) -> pa.Table:
+    """All parts of ``table`` for ``subset`` in part order (an empty table with the schema if none);
+    ``columns``: only these (Parquet reads no other column's pages)."""
     schema = TABLES[table]
+    if columns is not None:
+        schema = pa.schema([schema.field(name) for name in columns])
     tables = []
     for p in layout.parts(table, subset):
         with layout.fs.open(p, "rb") as f:
-            tables.append(pq.read_table(f, schema=schema).replace_schema_metadata(None))
+            part = pq.read_table(f, schema=schema, columns=None if columns is None else list(columns))
+            tables.append(part.replace_schema_metadata(None))
     if not tables:
         return schema.empty_table()
     return pa.concat_tables(tables)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,7 +81,7 @@ class _SampleChecks:
     def __init__(
         self,
         parts: dict[str, list[str]] | None,
-        fields: dict[str, dict[str, Any]] | None,
+        fields: Mapping[str, dict[str, Any]] | None,
     ) -> None:
         self.parts, self.fields = parts, fields
         self.part_mismatch: list[str] = []
@@ -131,7 +131,7 @@ def validate_energon_dataset(
     sample_limit: int | None = None,
     num_workers: int = 0,
     expected_parts: dict[str, list[str]] | None = None,
-    expected_fields: dict[str, dict[str, Any]] | None = None,
+    expected_fields: Mapping[str, dict[str, Any]] | None = None,
 ) -> ValidationReport:
     """Load ``path`` with megatron-energon and compare it with ``expected`` (split -> keys in write order).
 
