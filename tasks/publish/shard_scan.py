@@ -13,14 +13,17 @@ checks that both scans give the same items and the same ``.tar.idx`` bytes on ev
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from megatron.energon.epathlib import EPath
 from megatron.energon.flavors.webdataset.config import skip_meta_re, split_name_re
-from megatron.energon.flavors.webdataset.itar import TarIndexWriter
+from megatron.energon.flavors.webdataset.itar import ITAR_SUFFIX
 from megatron.energon.flavors.webdataset.prepare import (
     IndexSample,
     IndexSamplePart,
@@ -64,7 +67,7 @@ def _indexed(
 ) -> Iterator[Any]:
     """Energon's items for one shard, in Energon's order, and its ``.tar.idx`` (written as they go)."""
     count, parts = 0, set[str]()
-    with TarIndexWriter(shard_path) as index:
+    with _TarIndex(Path(str(shard_path.local_path()))) as index:
         last_base = None
         pending: dict[str, Any] | None = None
         for member in members:
@@ -93,6 +96,41 @@ def _indexed(
         if pending is not None:
             yield IndexSample(**pending, byte_size=end - pending["byte_offset"])
     yield IndexShardInfo(shard_info=ShardInfo(name=path, path=shard_path, count=count), parts=parts)
+
+
+class _TarIndex:
+    """The shard's ``.tar.idx`` as Energon's ``TarIndexWriter`` writes it (native uint64 sample offsets in
+    ``.tar.idx.tmp``, renamed to ``.tar.idx`` on success with the owner's read-write added to the tar's mode,
+    removed on failure), but in one write: Energon's writer makes a multistorageclient call per sample, each
+    wrapped in its telemetry bookkeeping (8% of a 200,000-row publish's profile)."""
+
+    def __init__(self, shard: Path) -> None:
+        self.shard = shard
+        self.final = shard.with_suffix(ITAR_SUFFIX)
+        self.tmp = shard.with_suffix(ITAR_SUFFIX + ".tmp")
+        self.offsets = array("Q")
+        # opened first, as Energon's writer does: an unwritable index fails before any item is yielded
+        self.file = open(self.tmp, "wb")  # noqa: SIM115 - closed in __exit__
+
+    def append(self, offset: int) -> None:
+        self.offsets.append(offset)
+
+    def __enter__(self) -> _TarIndex:
+        return self
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        try:
+            if exc_type is None:
+                self.file.write(self.offsets.tobytes())
+        finally:
+            self.file.close()
+        if exc_type is not None:
+            with contextlib.suppress(OSError):
+                os.remove(self.tmp)
+            return
+        os.replace(self.tmp, self.final)
+        with contextlib.suppress(OSError):  # as Energon: the index readable and writable by its owner
+            os.chmod(self.final, self.shard.stat().st_mode | 0o600)
 
 
 def _read_members(shard_path: EPath) -> list[TarMember] | None:
