@@ -77,14 +77,17 @@ def is_local(fs: AbstractFileSystem) -> bool:
     return protocol in ("file", "local")
 
 
-def atomic_write_bytes(fs: AbstractFileSystem, path: str, data: bytes, *, durable: bool = True) -> None:
+def atomic_write_bytes(
+    fs: AbstractFileSystem, path: str, data: bytes, *, durable: bool = True, tmp_dir: str | None = None
+) -> None:
     """Write ``data`` to ``path`` so readers see the old file or the whole new one, never a part.
     ``durable``: the data reach the disk before the rename, so a power loss cannot leave an empty file under
     the final name (a local write; object stores publish a PUT atomically). Skip that only for what a reader
-    validates and can rebuild."""
+    validates and can rebuild. ``tmp_dir``: where the temporary file lives (same filesystem as ``path``),
+    when a process killed mid-write must leave nothing beside the final name (default: ``path``'s folder)."""
     parent = path.rsplit("/", 1)[0]
     if is_local(fs):
-        tmp = f"{parent}/{TMP_MARK}{uuid.uuid4().hex}-{path.rsplit('/', 1)[-1]}"
+        tmp = f"{tmp_dir or parent}/{TMP_MARK}{uuid.uuid4().hex}-{path.rsplit('/', 1)[-1]}"
         try:
             os.makedirs(parent, exist_ok=True)
             with open(tmp, "wb") as f:
@@ -129,7 +132,7 @@ class ContentStore:
     def put(self, data: bytes, sha256: str | None = None) -> str:
         digest = sha256 or sha256_bytes(data)
         if not self.has(digest):
-            atomic_write_bytes(self.fs, self.path(digest), data)
+            atomic_write_bytes(self.fs, self.path(digest), data, tmp_dir=self._tmp_dir())
         return digest
 
     def get(self, sha256: str) -> bytes:
@@ -141,6 +144,12 @@ class ContentStore:
     @property
     def local(self) -> bool:
         return is_local(self.fs)
+
+    def _tmp_dir(self) -> str | None:
+        """Where a local write's temporary file lives: the incoming folder, swept by age, so that a process
+        killed mid-write leaves nothing in the object folders or the upstream index (every name there is a
+        whole object or entry, and a rerun lists the same names as an uninterrupted run)."""
+        return self.incoming_dir() if self.local else None
 
     def incoming_dir(self) -> str:
         """Local folder for partial downloads (same filesystem as the store when it is local, so publishing
@@ -203,7 +212,11 @@ class ContentStore:
         refetch of an object that is stored already; the sync would cost a disk flush per object."""
         payload = {"upstream": key} | entry
         atomic_write_bytes(
-            self.fs, self._index_path(key), json.dumps(payload, sort_keys=True).encode(), durable=False
+            self.fs,
+            self._index_path(key),
+            json.dumps(payload, sort_keys=True).encode(),
+            durable=False,
+            tmp_dir=self._tmp_dir(),
         )
 
     @contextmanager
