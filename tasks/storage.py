@@ -87,7 +87,9 @@ def atomic_write_bytes(
     when a process killed mid-write must leave nothing beside the final name (default: ``path``'s folder)."""
     parent = path.rsplit("/", 1)[0]
     if is_local(fs):
-        tmp = f"{tmp_dir or parent}/{TMP_MARK}{uuid.uuid4().hex}-{path.rsplit('/', 1)[-1]}"
+        # ".<name>.tmp-<uuid>": hidden, and never matched by a glob on the final names' suffix
+        # (``*.parquet``, ``*.json``, ``*.yaml``), should a killed process leave it behind.
+        tmp = f"{tmp_dir or parent}/.{path.rsplit('/', 1)[-1]}{TMP_MARK}{uuid.uuid4().hex}"
         try:
             os.makedirs(parent, exist_ok=True)
             with open(tmp, "wb") as f:
