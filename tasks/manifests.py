@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..schemas.manifests import TABLES
@@ -160,10 +161,15 @@ def part_metadata(layout: OutputLayout, path: str) -> dict[bytes, bytes] | None:
 
 
 def read_table(
-    layout: OutputLayout, table: str, subset: str, columns: Sequence[str] | None = None
+    layout: OutputLayout,
+    table: str,
+    subset: str,
+    columns: Sequence[str] | None = None,
+    where: pc.Expression | None = None,
 ) -> pa.Table:
     """All parts of ``table`` for ``subset`` in part order (an empty table with the schema if none);
-    ``columns``: only these (Parquet reads no other column's pages)."""
+    ``columns``: only these (Parquet reads no other column's pages); ``where``: only the rows it keeps,
+    filtered part by part (the whole table is never held)."""
     schema = TABLES[table]
     if columns is not None:
         schema = pa.schema([schema.field(name) for name in columns])
@@ -171,7 +177,7 @@ def read_table(
     for p in layout.parts(table, subset):
         with layout.fs.open(p, "rb") as f:
             part = pq.read_table(f, schema=schema, columns=None if columns is None else list(columns))
-            tables.append(part.replace_schema_metadata(None))
+            tables.append(part.replace_schema_metadata(None) if where is None else part.filter(where))
     if not tables:
         return schema.empty_table()
     return pa.concat_tables(tables)

@@ -213,8 +213,6 @@ SHARD_META = pa.schema(
     ]
 )
 # One row per listed key.
-LISTING = pa.schema([("shard", pa.string()), ("split", pa.string()), ("key", pa.string())])
-
 SHARDS_PROFILE = """
 WITH ok_keys AS (
     SELECT key, any_value(split) AS split FROM ok_samples WHERE key IS NOT NULL GROUP BY key
@@ -246,11 +244,11 @@ ORDER BY m.shard
 
 
 def add_shard_views(
-    con: duckdb.DuckDBPyConnection, meta_rows: list[dict[str, Any]], key_rows: list[dict[str, Any]]
+    con: duckdb.DuckDBPyConnection, meta_rows: list[dict[str, Any]], listing: pa.Table
 ) -> int:
     """Views ``shard_meta``, ``listing`` and ``ok_samples`` next to ``samples``; the number of ok samples."""
     con.register("shard_meta", pa.Table.from_pylist(meta_rows, schema=SHARD_META))
-    con.register("listing", pa.Table.from_pylist(key_rows, schema=LISTING))
+    con.register("listing", listing)  # publish.listing.listing_table
     con.execute(f"CREATE VIEW ok_samples AS {OK_SAMPLES}")
     return int(con.execute("SELECT count(*) FROM ok_samples").fetchall()[0][0])
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from ..errors import GateFailed
 from ..manifests import OutputLayout
-from ..publish.listing import MANIFEST_NAME
+from ..publish.listing import MANIFEST_NAME, listing_table
 from .profiles import ManifestParts, Source, add_shard_views, open_views, shards_profile
 from .results import GateResult, record_gate
 from .validate import run_suite, shorten
@@ -71,9 +71,9 @@ def check_shards(
         result.failures.append(f"shards: the dataset at {dataset.name} cannot be checked: {exc}")
     else:
         per_manifest = _manifest_counts(shards) if published and shards is not None else None
-        meta_rows, key_rows = _shard_rows(dataset, listing, counts, per_manifest)
+        meta_rows, listed = _shard_rows(dataset, listing, counts, per_manifest)
         with open_views({"samples": samples}) as con:
-            result.params = {"ok_samples": add_shard_views(con, meta_rows, key_rows)}
+            result.params = {"ok_samples": add_shard_views(con, meta_rows, listed)}
             run_suite(result, "shards", shards_profile(con, published=published), result.params, con)
     result.seconds = time.perf_counter() - t0
     return result
@@ -123,9 +123,9 @@ def _shard_rows(
     listing: list[dict[str, Any]],
     counts: dict[str, Any],
     per_manifest: dict[str, int] | None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The ``shard_meta`` rows (one per listed shard) and the ``listing`` rows (one per listed key)."""
-    meta_rows, key_rows = [], []
+) -> tuple[list[dict[str, Any]], pa.Table]:
+    """The ``shard_meta`` rows (one per listed shard) and the ``listing`` table (one row per listed key)."""
+    meta_rows = []
     for entry in listing:
         path = dataset / entry["shard"]
         meta_rows.append(
@@ -139,8 +139,7 @@ def _shard_rows(
                 "manifest_samples": None if per_manifest is None else per_manifest.get(entry["shard"]),
             }
         )
-        key_rows += [{"shard": entry["shard"], "split": entry.get("split"), "key": k} for k in entry["keys"]]
-    return meta_rows, key_rows
+    return meta_rows, listing_table(listing)
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -6,7 +6,7 @@ written, but counted in full by every tool that sums RSS), only to scan one or t
 takes 0.8 s of CPU per 10,000-sample shard (:mod:`.shard_scan`). With one worker,
 :class:`InlineAggregatorPool` runs Energon's own worker loop on a thread of this process and Energon's own
 aggregator on the calling thread, over an in-process queue: same items, same order (one worker), same
-files, no fork. With more workers it is Energon's pool unchanged.
+files, no fork, and a bounded queue between them. With more workers it is Energon's pool unchanged.
 
 Energon builds its pool inside ``prepare_dataset`` by the module name ``AggregatorPool``, with no hook to
 pass another; :func:`inline_single_worker` swaps that name for the duration of one prepare (under a lock,
@@ -27,6 +27,8 @@ from megatron.energon.flavors.webdataset.aggregator_pool import AggregatorPool
 __all__ = ["InlineAggregatorPool", "inline_single_worker"]
 
 _swap_lock = threading.Lock()
+#: Batches of items (Energon's ``INDEX_BATCH_SIZE`` each) waiting for the aggregator at most.
+QUEUED_BATCHES = 4
 
 
 class InlineAggregatorPool(AggregatorPool):
@@ -35,7 +37,10 @@ class InlineAggregatorPool(AggregatorPool):
     def process(self) -> Any:
         if self.num_workers != 1:
             return super().process()
-        self.result_queue = queue.Queue[Any]()  # in-process: nothing is pickled
+        # In-process (nothing is pickled) and bounded: the scan outruns the SQLite inserts, and an unbounded
+        # queue held every item of a 200,000-sample subset at once (~0.2 GB), where a forked worker's queue
+        # is bounded by its pipe.
+        self.result_queue = queue.Queue[Any](maxsize=QUEUED_BATCHES)
         failure: list[BaseException] = []
 
         def work() -> None:
@@ -51,6 +56,11 @@ class InlineAggregatorPool(AggregatorPool):
         try:
             result = self._aggregator_run()
         finally:
+            # When the aggregator failed, the worker may be blocked on a full queue: take its batches
+            # until it ends (after a success it has ended already, its last put being the end marker).
+            while worker.is_alive():
+                with contextlib.suppress(queue.Empty):
+                    self.result_queue.get(timeout=0.05)
             worker.join()
         if failure:  # an index from part of the shards must never be taken for the whole
             raise failure[0]

@@ -10,6 +10,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from ..manifests import OutputLayout
 from .samples import SPLITS, ShardInfo
 
@@ -18,7 +22,9 @@ __all__ = [
     "expected_keys",
     "published_subsets",
     "read_manifest",
-    "shard_of_key",
+    "LISTING_COLUMNS",
+    "listing_table",
+    "shards_of",
     "write_listing",
 ]
 
@@ -60,9 +66,28 @@ def expected_keys(dataset: Path) -> dict[str, list[str]]:
     return out
 
 
-def shard_of_key(dataset: Path) -> dict[str, str]:
-    """Key -> the shard it was written to."""
-    return {key: entry["shard"] for entry in read_manifest(dataset) for key in entry["keys"]}
+#: One row per listed key, in listing order.
+LISTING_COLUMNS = pa.schema([("shard", pa.string()), ("split", pa.string()), ("key", pa.string())])
+
+
+def listing_table(listing: list[dict[str, Any]]) -> pa.Table:
+    """The keys of a listing with their shard and split (:data:`LISTING_COLUMNS`), made as Arrow columns: a
+    Python dict or row per key held 35-70 MB per 200,000 keys in the publish worker. A split that is not a
+    string is null."""
+    counts = [len(entry["keys"]) for entry in listing]
+
+    def per_key(values: list[str | None]) -> pa.Array:
+        return pa.array(np.repeat(np.array(values, dtype=object), counts), pa.string())
+
+    splits = [entry.get("split") if isinstance(entry.get("split"), str) else None for entry in listing]
+    keys = pa.array([key for entry in listing for key in entry["keys"]], pa.string())
+    return pa.table([per_key([entry["shard"] for entry in listing]), per_key(splits), keys], LISTING_COLUMNS)
+
+
+def shards_of(keys: pa.ChunkedArray | pa.Array, listing: pa.Table) -> pa.ChunkedArray | pa.Array:
+    """The shard each of ``keys`` was first written to by ``listing`` (a :func:`listing_table`), null for a
+    key it does not list."""
+    return pc.take(listing["shard"], pc.index_in(keys, value_set=listing["key"]))
 
 
 def published_subsets(out: str) -> list[str]:

@@ -114,7 +114,7 @@ def seal_index(root: Path, shard_sha256: Mapping[str, str]) -> str:
         h.update(f"shard\0{name}\0{shard_sha256[name]}\0".encode())
     for name in _UUID_INPUTS:
         h.update(f"file\0{name}\0".encode())
-        h.update(hashlib.sha256((meta / name).read_bytes()).digest())
+        h.update(bytes.fromhex(_file_sha256(meta / name)))  # streamed: the index grows with the samples
     value = str(uuid.UUID(bytes=h.digest()[:16], version=5))  # name-based: the same content, the same uuid
     _replace(meta / INDEX_UUID, lambda tmp: tmp.write_text(value, encoding="utf-8"))
     return value

@@ -36,7 +36,7 @@ from ..manifests import (
 from ..storage import ContentStore
 from .dataset import write_energon_dataset
 from .formats import DEFAULT_FORMAT
-from .listing import published_subsets, read_manifest, shard_of_key
+from .listing import listing_table, published_subsets, read_manifest, shards_of
 from .metadataset import write_metadataset
 from .samples import DatasetResult, MediaPart, ShardSample
 
@@ -84,7 +84,7 @@ def publish_subset(
         sample_format=sample_format,
     )
     _write_shards_table(layout, subset, result)
-    written = shard_of_key(Path(dest))
+    written = listing_table(read_manifest(Path(dest)))
     for path in layout.parts("samples", subset):
         _fill_shards(layout, subset, path, written, duplicates)
     return PublishResult(
@@ -187,7 +187,7 @@ def _write_shards_table(layout: OutputLayout, subset: str, result: DatasetResult
 
 
 def _fill_shards(
-    layout: OutputLayout, subset: str, path: str, written: dict[str, str], duplicates: dict[int, str]
+    layout: OutputLayout, subset: str, path: str, written: pa.Table, duplicates: dict[int, str]
 ) -> None:
     """Rewrite one ``samples`` part with its ``shard`` column (and its cross-batch duplicates rejected),
     keeping its fingerprint and its batch stats consistent; untouched when nothing changes."""
@@ -203,8 +203,7 @@ def _fill_shards(
             if duplicate is not None:
                 _reject_duplicate(row, duplicate, stats)
         tbl = to_table(rows, TABLES["samples"])
-    keys = tbl["key"].to_pylist()
-    shards = [written.get(k) if k else None for k in keys]
+    shards = shards_of(tbl["key"], written).to_pylist()  # a rejected row's null key has no shard
     if shards == tbl["shard"].to_pylist() and not any(line in duplicates for line in lines):
         return
     column = tbl.schema.get_field_index("shard")

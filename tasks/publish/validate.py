@@ -13,15 +13,16 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
 
 from ..errors import OutputError
 from ..manifests import OutputLayout, read_table
 from ..media.frames import frame_part_names
-from .listing import MANIFEST_NAME, published_subsets, read_manifest
+from .listing import MANIFEST_NAME, listing_table, published_subsets, read_manifest, shards_of
 from .metadataset import dataset_splits
 from .readback import validate_energon_dataset
 from .report import ValidationReport, listed
@@ -32,74 +33,146 @@ __all__ = ["validate_blend", "validate_output", "validate_subset"]
 
 @dataclass
 class _Expected:
-    keys: dict[str, list[str]]
-    parts: dict[str, list[str]]
+    keys: dict[str, Sequence[str]]
+    parts: Mapping[str, list[str]]
     fields: Mapping[str, dict[str, Any]]
-    shard_of_key: dict[str, str | None]
+    ok: pa.Table  # the ok samples in line order: key, shard (and the checked columns)
     shards: list[dict[str, Any]]
 
 
 _FIELD_COLUMNS = ("line", "text_tokens", "visual_tokens", "total_tokens")
 _SAMPLE_COLUMNS = ("key", "status", "split", "shard", *_FIELD_COLUMNS)
 _MEDIA_COLUMNS = ("line", "index", "status", "out_ext", "frame_sha256")
+#: Keys looked up in the key column (a C scan each) before a key -> row dict is built: a read-back of a few
+#: samples per split makes no per-row Python object, a full read-back builds the dict once.
+_SCANNED_LOOKUPS = 256
+
+
+class _KeyColumn(Sequence[str]):
+    """One split's ok keys in line order, held as an Arrow array: a read-back of N samples makes Python
+    strings of those N only (a list of every key, and the set made of it, held ~30 MB per 200,000 rows)."""
+
+    def __init__(self, keys: pa.ChunkedArray) -> None:
+        self._keys = keys
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return list(self._keys[index].to_pylist())
+        return str(self._keys[index].as_py())
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and pc.index(self._keys, key).as_py() >= 0
+
+    def __iter__(self) -> Iterator[str]:
+        for chunk in self._keys.chunks:
+            yield from chunk.to_pylist()
+
+
+class _OkRows:
+    """Row of an ok key in the ok samples table (see :data:`_SCANNED_LOOKUPS`)."""
+
+    def __init__(self, keys: pa.ChunkedArray) -> None:
+        self.keys = keys
+        self._scans = 0
+        self._rows: dict[str, int] | None = None
+
+    def row(self, key: str) -> int | None:
+        if self._rows is None and self._scans < _SCANNED_LOOKUPS:
+            self._scans += 1
+            found = pc.index(self.keys, key).as_py()
+            return found if found >= 0 else None
+        if self._rows is None:
+            self._rows = {k: i for i, k in enumerate(self.keys.to_pylist())}
+        return self._rows.get(key)
 
 
 class _ManifestFields(Mapping[str, dict[str, Any]]):
     """Key -> the ``vlmforge`` json fields the manifest promises for that sample, made on lookup from the
-    manifest's columns. A dict per ok sample, made up front, held ~0.3 GB at 200,000 rows for a read-back
-    that looks at 64 of them."""
+    manifest's columns (a dict per ok sample, made up front, held ~0.3 GB at 200,000 rows for a read-back
+    that looks at 64 of them)."""
 
-    def __init__(self, subset: str, columns: dict[str, list[Any]]) -> None:
-        self._subset, self._columns = subset, columns
-        self._row = {key: i for i, key in enumerate(columns["key"])}
+    def __init__(self, subset: str, ok: pa.Table, rows: _OkRows) -> None:
+        self._subset, self._ok, self._rows = subset, ok, rows
 
     def __getitem__(self, key: str) -> dict[str, Any]:
-        i = self._row[key]
-        values = {name: self._columns[name][i] for name in _FIELD_COLUMNS}
+        i = self._rows.row(key)
+        if i is None:
+            raise KeyError(key)
+        values = {name: self._ok[name][i].as_py() for name in _FIELD_COLUMNS}
         return {"subset": self._subset, "key": key} | values
 
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._rows.row(key) is not None
+
     def __iter__(self) -> Iterator[str]:
-        return iter(self._row)
+        return iter(_KeyColumn(self._rows.keys))
 
     def __len__(self) -> int:
-        return len(self._row)
+        return len(self._rows.keys)
+
+
+class _ManifestParts(Mapping[str, list[str]]):
+    """Key -> media part names in numeric order, made on lookup from the ``media`` table. Every ok key is
+    in it (a text-only sample's parts are []), so a text-only sample that carries media is caught."""
+
+    def __init__(self, ok: pa.Table, rows: _OkRows, media: pa.Table) -> None:
+        self._ok, self._rows, self._media = ok, rows, media
+
+    def __getitem__(self, key: str) -> list[str]:
+        i = self._rows.row(key)
+        if i is None:
+            raise KeyError(key)
+        rows = self._media.filter(pc.equal(self._media["line"], self._ok["line"][i]))
+        items: list[tuple[int, str]] = []
+        for index, out_ext, frames in zip(
+            *(rows[name].to_pylist() for name in ("index", "out_ext", "frame_sha256")), strict=True
+        ):
+            if frames:  # --video-mode frames: one image part per sampled frame
+                items += [(index, name) for name in frame_part_names(index, len(frames), out_ext)]
+            else:
+                items.append((index, f"{index}.{out_ext}"))
+        return [name for _i, name in sorted(items)]
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._rows.row(key) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_KeyColumn(self._rows.keys))
+
+    def __len__(self) -> int:
+        return len(self._rows.keys)
 
 
 def _expected_from_manifests(layout: OutputLayout, subset: str) -> _Expected:
-    """What the manifests promise, read column by column (only the columns checked, no row objects)."""
-    samples = read_table(layout, "samples", subset, columns=_SAMPLE_COLUMNS)
-    ok = samples.filter(pc.equal(samples["status"], "ok")).sort_by("line")
-    columns = {name: ok[name].to_pylist() for name in _SAMPLE_COLUMNS if name != "status"}
-    keys: dict[str, list[str]] = {"train": [], "val": []}
-    for key, split in zip(columns["key"], columns["split"], strict=True):
-        keys.setdefault(split or "train", []).append(key)
+    """What the manifests promise, kept as Arrow columns (only the columns checked); Python objects are
+    made for the samples the read-back looks at, so its memory does not grow with the subset's rows."""
+    ok = read_table(layout, "samples", subset, columns=_SAMPLE_COLUMNS, where=pc.field("status") == "ok")
+    lines = ok["line"]
+    if len(ok) > 1 and not pc.all(pc.greater(lines[1:], lines[:-1])).as_py():  # batches write in line order
+        ok = ok.sort_by("line")
+    split = pc.fill_null(ok["split"], "train")
+    keys: dict[str, Sequence[str]] = {"train": [], "val": []}
+    for name in pc.unique(split).to_pylist():
+        keys[name] = _KeyColumn(ok["key"].filter(pc.equal(split, name)))
+    media = read_table(layout, "media", subset, columns=_MEDIA_COLUMNS, where=pc.field("status") == "ok")
+    rows = _OkRows(ok["key"])
     shards = sorted(read_table(layout, "shards", subset).to_pylist(), key=lambda row: row["shard"])
     return _Expected(
         keys=keys,
-        parts=_expected_parts(layout, subset, dict(zip(columns["line"], columns["key"], strict=True))),
-        fields=_ManifestFields(subset, columns),
-        shard_of_key=dict(zip(columns["key"], columns["shard"], strict=True)),
+        parts=_ManifestParts(ok, rows, media),
+        fields=_ManifestFields(subset, ok, rows),
+        ok=ok.select(["key", "shard", "line"]),
         shards=shards,
     )
-
-
-def _expected_parts(layout: OutputLayout, subset: str, line_key: dict[int, str]) -> dict[str, list[str]]:
-    """Key -> media part names in numeric order, from the ``media`` table (every ok key: none is [])."""
-    media = read_table(layout, "media", subset, columns=_MEDIA_COLUMNS)
-    media = media.filter(pc.equal(media["status"], "ok"))
-    parts: dict[str, list[tuple[int, str]]] = {key: [] for key in line_key.values()}
-    for line, index, out_ext, frames in zip(
-        *(media[name].to_pylist() for name in ("line", "index", "out_ext", "frame_sha256")), strict=True
-    ):
-        key = line_key.get(line)
-        if key is None:
-            continue
-        if frames:  # --video-mode frames: one image part per sampled frame
-            names = frame_part_names(index, len(frames), out_ext)
-            parts[key] += [(index, name) for name in names]
-        else:
-            parts[key].append((index, f"{index}.{out_ext}"))
-    return {key: [name for _i, name in sorted(items)] for key, items in parts.items()}
 
 
 def _check_tars(path: Path, expected: _Expected, report: ValidationReport, checksums: bool) -> None:
@@ -142,14 +215,27 @@ def _check_listing(path: Path, expected: _Expected, report: ValidationReport) ->
                 report.add(
                     f"{row['shard']}: {MANIFEST_NAME} has {name}={entry.get(name)!r}, manifest {row[name]!r}"
                 )
-    written = {key: entry["shard"] for entry in listing for key in entry.get("keys", [])}
-    wrong = [
-        f"{key} (samples.shard={shard!r}, written to {written.get(key)!r})"
-        for key, shard in expected.shard_of_key.items()
-        if written.get(key) != shard
-    ]
+    wrong = _shard_mismatches(expected.ok, listing)
     if wrong:
         report.add(f"{len(wrong)} ok samples whose shard differs from the written one: {listed(wrong)}")
+
+
+def _shard_mismatches(ok: pa.Table, listing: list[dict[str, Any]]) -> list[str]:
+    """Ok samples (line order) whose ``samples.shard`` is not the shard the listing wrote them to, compared
+    as Arrow columns (Python dicts of every key held ~40 MB per 200,000 rows)."""
+    written = shards_of(ok["key"], listing_table(listing))
+    same = pc.or_(
+        pc.fill_null(pc.equal(ok["shard"], written), False),
+        pc.and_(pc.is_null(ok["shard"]), pc.is_null(written)),
+    )
+    bad = pc.invert(same)
+    keys, shards, writes = (
+        pc.filter(column, bad).to_pylist() for column in (ok["key"], ok["shard"], written)
+    )
+    return [
+        f"{key} (samples.shard={shard!r}, written to {w!r})"
+        for key, shard, w in zip(keys, shards, writes, strict=True)
+    ]
 
 
 def validate_subset(

@@ -12,8 +12,10 @@ import io
 import os
 import shutil
 import tarfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from megatron.energon.epathlib import EPath
@@ -22,7 +24,7 @@ from megatron.energon.flavors.webdataset.prepare import WebdatasetPreparator
 
 from vlmforge.tasks.publish import dataset as dataset_module
 from vlmforge.tasks.publish.dataset import write_energon_dataset
-from vlmforge.tasks.publish.inline_pool import InlineAggregatorPool
+from vlmforge.tasks.publish.inline_pool import QUEUED_BATCHES, InlineAggregatorPool
 from vlmforge.tasks.publish.prepare import indexed_keys, run_prepare, seal_index
 from vlmforge.tasks.publish.rolling import Done
 from vlmforge.tasks.publish.samples import EnergonPrepareError, MediaPart, ShardSample
@@ -177,6 +179,68 @@ def test_a_scan_that_fails_midway_fails_prepare_and_never_hangs_it(tmp_path: Pat
     (dest / f"{shards[1]}.idx.tmp").mkdir()
     with pytest.raises(EnergonPrepareError, match="has no samples"):
         run_prepare(dest, shards, [("train", r"train-.*"), ("val", r"val-.*")], 2)
+
+
+class _Collect(BaseAggregator):
+    """Collects the items; ``hold`` runs before the first batch is taken, ``fail_at`` raises at that batch."""
+
+    def __init__(self, hold: Callable[[Any], None] | None = None, fail_at: int | None = None) -> None:
+        self.items: list[int] = []
+        self.batches = 0
+        self.hold, self.fail_at = hold, fail_at
+
+    def on_item(self, items: list[int], aggregator_pool: Any) -> None:
+        if self.batches == 0 and self.hold is not None:
+            self.hold(aggregator_pool)
+        self.batches += 1
+        if self.batches == self.fail_at:
+            raise RuntimeError("index write failed")
+        self.items += items
+
+    def get_final_result_data(self) -> list[int]:
+        return self.items
+
+
+@pytest.mark.timeout(60)
+def test_the_inline_worker_waits_for_the_aggregator_instead_of_queueing_every_item() -> None:
+    """The scan outruns Energon's SQLite inserts; the items between them stay bounded (an unbounded queue
+    held a whole 200,000-sample subset's items at once). The aggregator is held at its first batch until the
+    worker can go no further (its queue full) or has produced everything."""
+    produced: list[int] = []
+    finished = threading.Event()
+    backlog: list[int] = []
+
+    def produce(task: int) -> Iterator[int]:
+        for i in range(1000):
+            produced.append(i)
+            yield i
+        finished.set()
+
+    def hold(pool: Any) -> None:
+        while not finished.is_set() and not pool.result_queue.full():
+            finished.wait(0.01)
+        backlog.append(len(produced))
+
+    aggregator = _Collect(hold=hold)
+    pool = InlineAggregatorPool(
+        num_workers=1, user_produce_data=produce, aggregator=aggregator, batch_size=10
+    )
+    pool.submit_task(0)
+    assert pool.process() == list(range(1000))
+    # queued batches, the batch the worker is putting, the one it is filling
+    assert backlog[0] <= (QUEUED_BATCHES + 2) * 10, backlog
+
+
+@pytest.mark.timeout(60)
+def test_an_aggregator_that_fails_with_the_worker_blocked_on_a_full_queue_never_hangs() -> None:
+    """Energon's aggregator (the SQLite index writer) raising while the in-process worker waits on the full
+    queue: the pool raises that error, and the worker is let finish instead of waiting forever."""
+    pool = InlineAggregatorPool(
+        num_workers=1, user_produce_data=lambda task: iter(range(1000)), aggregator=_Collect(fail_at=2)
+    )
+    pool.submit_task(0)
+    with pytest.raises(RuntimeError, match="index write failed"):
+        pool.process()
 
 
 @pytest.mark.timeout(60)

@@ -241,3 +241,28 @@ def test_a_manifest_that_disagrees_on_parts_or_shard_fails(tmp_path: Path) -> No
     assert "1 samples with other media parts" in text
     assert "1 ok samples whose shard differs from the written one" in text
     assert f"{sanitize_key('alpha', 'id.2')} (samples.shard='train-alpha-000099.tar', written to" in text
+
+
+@pytest.mark.parametrize("scanned", [0, 3, 1000], ids=["dict at once", "dict after 3 scans", "scans only"])
+def test_the_read_back_finds_each_samples_promise_however_keys_are_looked_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scanned: int
+) -> None:
+    """A few keys are looked up by scanning the key column, a full read-back through a dict built once
+    (``_SCANNED_LOOKUPS``): either way each sample is compared with its own row of the manifest."""
+    import vlmforge.tasks.publish.validate as validate
+
+    monkeypatch.setattr(validate, "_SCANNED_LOOKUPS", scanned)
+    out = build_out(tmp_path / "out", [SPECS[0]])
+    layout = OutputLayout(out)
+    samples = read_table(layout, "samples", "alpha").to_pylist()
+    changed = [row for row in samples if row["line"] in (2, 9)]  # one read early, one late (train split)
+    for row in changed:
+        row["total_tokens"] += 1
+    write_part(layout, "samples", "alpha", 0, samples)
+    report = validate_subset(out, "alpha")
+    text = "\n".join(report.problems)
+    assert "2 json fields differ from the manifest" in text
+    for row in changed:
+        want = row["total_tokens"]
+        assert f"{row['key']}: vlmforge.total_tokens is {want - 1}, expected {want}" in text
+    assert report.counts == {"train": 8, "val": 2}
