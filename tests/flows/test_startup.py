@@ -21,6 +21,8 @@ import psutil
 import pytest
 from reliability.stage_events import StageEvents
 
+from vlmforge.flows.runtime import RAY_PROCESS_ENV
+
 pytestmark = pytest.mark.slow
 RUN_TIMEOUT_S = 900.0
 # `prefect server start` (the run's own server) and Prefect's temporary server (SubprocessASGIServer)
@@ -72,10 +74,10 @@ def prefect_servers(root: int) -> set[int]:
     return found
 
 
-def ray_process_settings(root: int) -> list[tuple[str, bool, str | None]]:
+def ray_process_settings(root: int) -> list[tuple[str, bool, dict[str, str | None]]]:
     """For each Ray process of the tree (GCS, raylet, ``ray::`` workers and agents): its name, whether its
-    HOME holds ``ray_bootstrap_config.yaml``, and its ``MALLOC_ARENA_MAX``. Ray's agents write their title
-    over their environment block, so theirs reads empty; they inherit the raylet's, which is read."""
+    HOME holds ``ray_bootstrap_config.yaml``, and its allocator settings (``RAY_PROCESS_ENV``). Ray's agents
+    write their title over their environment block, so theirs reads empty; they inherit the raylet's."""
     found = []
     for proc in process_tree(root):
         try:
@@ -85,7 +87,8 @@ def ray_process_settings(root: int) -> list[tuple[str, bool, str | None]]:
         name = cmd[0] if cmd and cmd[0].startswith("ray::") else Path(cmd[0]).name if cmd else ""
         if env and (name.startswith("ray::") or name in ("raylet", "gcs_server")):
             home = Path(env.get("HOME", "/nonexistent"))
-            found.append((name, (home / "ray_bootstrap_config.yaml").is_file(), env.get("MALLOC_ARENA_MAX")))
+            allocators = {k: env.get(k) for k in RAY_PROCESS_ENV}
+            found.append((name, (home / "ray_bootstrap_config.yaml").is_file(), allocators))
     return found
 
 
@@ -93,7 +96,7 @@ def test_an_embedded_run_starts_one_prefect_server(tmp_path: Path) -> None:
     release, out, log = _text_release(tmp_path, 10), tmp_path / "out", tmp_path / "run.log"
     cmd = [sys.executable, "-m", "vlmforge.flows.cli", "run", str(release), "--out", str(out)]
     scans: dict[str, set[int]] = {}
-    ray_processes: list[tuple[str, bool, str | None]] = []
+    ray_processes: list[tuple[str, bool, dict[str, str | None]]] = []
     run: subprocess.Popen[bytes] | None = None
 
     def scan(event: str) -> None:  # the run is paused at ``event`` while this runs
@@ -123,8 +126,8 @@ def test_an_embedded_run_starts_one_prefect_server(tmp_path: Path) -> None:
     assert set(counts.values()) == {1}, counts  # exactly one server at every point of the run
     assert len(set().union(*scans.values())) == 1, scans  # and the same one throughout
     # Ray's processes (a batch's worker among them) see the HOME with Ray's bootstrap file, so no start probes
-    # cloud metadata, and two malloc arenas (flows/runtime.py RAY_PROCESS_ENV)
+    # cloud metadata, two malloc arenas and Arrow on glibc's heap (flows/runtime.py RAY_PROCESS_ENV)
     assert {"raylet", "gcs_server", "ray::build-batch"} <= {name for name, _, _ in ray_processes}, (
         ray_processes
     )
-    assert all(home_ok and arenas == "2" for _, home_ok, arenas in ray_processes), ray_processes
+    assert all(home_ok and env == RAY_PROCESS_ENV for _, home_ok, env in ray_processes), ray_processes
