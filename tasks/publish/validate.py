@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,6 +46,7 @@ _MEDIA_COLUMNS = ("line", "index", "status", "out_ext", "frame_sha256")
 #: Keys looked up in the key column (a C scan each) before a key -> row dict is built: a read-back of a few
 #: samples per split makes no per-row Python object, a full read-back builds the dict once.
 _SCANNED_LOOKUPS = 256
+_V = TypeVar("_V")
 
 
 class _KeyColumn(Sequence[str]):
@@ -95,20 +96,22 @@ class _OkRows:
         return self._rows.get(key)
 
 
-class _ManifestFields(Mapping[str, dict[str, Any]]):
-    """Key -> the ``vlmforge`` json fields the manifest promises for that sample, made on lookup from the
-    manifest's columns (a dict per ok sample, made up front, held ~0.3 GB at 200,000 rows for a read-back
-    that looks at 64 of them)."""
+class _PerOkKey(Mapping[str, _V]):
+    """Key -> what the manifests promise for that ok sample, made on lookup from Arrow columns (a dict per
+    ok sample, made up front, held ~0.3 GB at 200,000 rows for a read-back that looks at 64 of them). Every
+    ok key is in it."""
 
-    def __init__(self, subset: str, ok: pa.Table, rows: _OkRows) -> None:
-        self._subset, self._ok, self._rows = subset, ok, rows
+    def __init__(self, rows: _OkRows) -> None:
+        self._rows = rows
 
-    def __getitem__(self, key: str) -> dict[str, Any]:
-        i = self._rows.row(key)
-        if i is None:
+    def _value(self, key: str, row: int) -> _V:
+        raise NotImplementedError
+
+    def __getitem__(self, key: str) -> _V:
+        row = self._rows.row(key)
+        if row is None:
             raise KeyError(key)
-        values = {name: self._ok[name][i].as_py() for name in _FIELD_COLUMNS}
-        return {"subset": self._subset, "key": key} | values
+        return self._value(key, row)
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self._rows.row(key) is not None
@@ -120,18 +123,28 @@ class _ManifestFields(Mapping[str, dict[str, Any]]):
         return len(self._rows.keys)
 
 
-class _ManifestParts(Mapping[str, list[str]]):
-    """Key -> media part names in numeric order, made on lookup from the ``media`` table. Every ok key is
-    in it (a text-only sample's parts are []), so a text-only sample that carries media is caught."""
+class _ManifestFields(_PerOkKey[dict[str, Any]]):
+    """Key -> the ``vlmforge`` json fields the manifest promises for that sample."""
+
+    def __init__(self, subset: str, ok: pa.Table, rows: _OkRows) -> None:
+        super().__init__(rows)
+        self._subset, self._ok = subset, ok
+
+    def _value(self, key: str, row: int) -> dict[str, Any]:
+        values = {name: self._ok[name][row].as_py() for name in _FIELD_COLUMNS}
+        return {"subset": self._subset, "key": key} | values
+
+
+class _ManifestParts(_PerOkKey[list[str]]):
+    """Key -> media part names in numeric order, from the ``media`` table (a text-only sample's are [], so
+    a text-only sample that carries media is caught)."""
 
     def __init__(self, ok: pa.Table, rows: _OkRows, media: pa.Table) -> None:
-        self._ok, self._rows, self._media = ok, rows, media
+        super().__init__(rows)
+        self._ok, self._media = ok, media
 
-    def __getitem__(self, key: str) -> list[str]:
-        i = self._rows.row(key)
-        if i is None:
-            raise KeyError(key)
-        rows = self._media.filter(pc.equal(self._media["line"], self._ok["line"][i]))
+    def _value(self, key: str, row: int) -> list[str]:
+        rows = self._media.filter(pc.equal(self._media["line"], self._ok["line"][row]))
         items: list[tuple[int, str]] = []
         for index, out_ext, frames in zip(
             *(rows[name].to_pylist() for name in ("index", "out_ext", "frame_sha256")), strict=True
@@ -141,15 +154,6 @@ class _ManifestParts(Mapping[str, list[str]]):
             else:
                 items.append((index, f"{index}.{out_ext}"))
         return [name for _i, name in sorted(items)]
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and self._rows.row(key) is not None
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(_KeyColumn(self._rows.keys))
-
-    def __len__(self) -> int:
-        return len(self._rows.keys)
 
 
 def _expected_from_manifests(layout: OutputLayout, subset: str) -> _Expected:
