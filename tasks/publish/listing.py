@@ -72,16 +72,21 @@ LISTING_COLUMNS = pa.schema([("shard", pa.string()), ("split", pa.string()), ("k
 
 def listing_table(listing: list[dict[str, Any]]) -> pa.Table:
     """The keys of a listing with their shard and split (:data:`LISTING_COLUMNS`), made as Arrow columns: a
-    Python dict or row per key held 35-70 MB per 200,000 keys in the publish worker. A split that is not a
-    string is null."""
-    counts = [len(entry["keys"]) for entry in listing]
+    Python dict or row per key held 35-70 MB per 200,000 keys in the publish worker. A split or shard that
+    is not a string is null; only string keys are listed."""
+    keys_of = [_string_keys(entry.get("keys")) for entry in listing]
+    counts = [len(keys) for keys in keys_of]
 
-    def per_key(values: list[str | None]) -> pa.Array:
+    def per_key(name: str) -> pa.Array:
+        values = [entry.get(name) if isinstance(entry.get(name), str) else None for entry in listing]
         return pa.array(np.repeat(np.array(values, dtype=object), counts), pa.string())
 
-    splits = [entry.get("split") if isinstance(entry.get("split"), str) else None for entry in listing]
-    keys = pa.array([key for entry in listing for key in entry["keys"]], pa.string())
-    return pa.table([per_key([entry["shard"] for entry in listing]), per_key(splits), keys], LISTING_COLUMNS)
+    keys = pa.array([key for entry_keys in keys_of for key in entry_keys], pa.string())
+    return pa.table([per_key("shard"), per_key("split"), keys], LISTING_COLUMNS)
+
+
+def _string_keys(keys: Any) -> list[str]:
+    return [key for key in keys if isinstance(key, str)] if isinstance(keys, list) else []
 
 
 def shards_of(keys: pa.ChunkedArray | pa.Array, listing: pa.Table) -> pa.ChunkedArray | pa.Array:

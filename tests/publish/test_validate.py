@@ -4,6 +4,7 @@ prepare), loaded back through real megatron-energon with the project's cooker an
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -266,3 +267,17 @@ def test_the_read_back_finds_each_samples_promise_however_keys_are_looked_up(
         want = row["total_tokens"]
         assert f"{row['key']}: vlmforge.total_tokens is {want - 1}, expected {want}" in text
     assert report.counts == {"train": 8, "val": 2}
+
+
+def test_a_listing_with_a_key_that_is_not_a_string_is_reported_not_raised(tmp_path: Path) -> None:
+    """The read-back compares the listing's keys as Arrow columns: a hand-edited listing whose key is a
+    number is a finding about that sample, not a crash of the validator."""
+    out = build_out(tmp_path / "out", [SPECS[1]])
+    dataset = Path(OutputLayout(out).energon) / "beta"
+    listing = read_manifest(dataset)
+    lost = listing[0]["keys"][0]
+    listing[0]["keys"][0] = 7
+    (dataset / MANIFEST_NAME).write_text(json.dumps(listing), encoding="utf-8")
+    text = "\n".join(validate_subset(out, "beta").problems)
+    assert f"1 ok samples whose shard differs from the written one: {lost} (samples.shard=" in text
+    assert "written to None" in text
