@@ -12,7 +12,7 @@ import pytest
 
 from vlmforge.tasks.publish.members import tar_header
 from vlmforge.tasks.publish.samples import EnergonPrepareError
-from vlmforge.tasks.publish.tar import tar_members
+from vlmforge.tasks.publish.tar import header_byte_sum, tar_members
 
 
 def _tarfile_header(name: str, size: int) -> bytes:
@@ -69,3 +69,29 @@ def test_tar_members_refuses_a_non_file_member(tmp_path: Path) -> None:
     _write(path, [(tarfile.TarInfo("a.json"), b"{}"), (folder, b"")])
     with pytest.raises(EnergonPrepareError, match="non-file member"):
         list(tar_members(path))
+
+
+def test_tar_members_agree_with_tarfile_across_read_windows(tmp_path: Path) -> None:
+    """Headers are parsed from 64 KiB read windows: members that straddle a window's end, long names whose
+    ``././@LongLink`` data starts in one window and ends in the next, and members larger than a window all
+    read as tarfile reads them."""
+    rng = random.Random(7)
+    # the first window is [0, 65536): a long name's header at 64,512, its 701-byte name data from 65,024
+    members = [(tarfile.TarInfo("a.bin"), bytes(64_000)), (tarfile.TarInfo("L" * 700 + ".json"), b"{}")]
+    for i in range(400):
+        name = f"{'n' * rng.choice([1, 90, 120, 700])}{i}.{rng.choice(['json', 'jpg', 'png'])}"
+        size = rng.choice([0, 1, 511, 512, 513, 3000, 70_000, 200_000])
+        members.append((tarfile.TarInfo(name), rng.randbytes(size)))
+    path = tmp_path / "w.tar"
+    _write(path, members)
+    with tarfile.open(path) as tar:
+        theirs = [(m.name, m.offset, m.offset_data, m.size) for m in tar]
+    assert [tuple(m) for m in tar_members(path)] == theirs
+
+
+def test_the_header_checksum_sum_is_the_bytes_sum() -> None:
+    rng = random.Random(3)
+    blocks = [bytes(512), b"\xff" * 512, b"\xff" * 256 + bytes(256)] + [
+        rng.randbytes(512) for _ in range(200)
+    ]
+    assert all(header_byte_sum(b) == sum(b) for b in blocks)
