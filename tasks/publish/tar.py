@@ -22,7 +22,7 @@ from typing import BinaryIO, NamedTuple
 from .members import BLOCK, Prepared, padded
 from .samples import EnergonPrepareError, MediaPart
 
-__all__ = ["TarMember", "TarOut", "file_sha256", "tar_members"]
+__all__ = ["TarMember", "TarOut", "file_sha256", "header_byte_sum", "tar_members"]
 
 _RECORD = tarfile.RECORDSIZE  # 10240: tarfile pads the archive to a multiple of this
 _WRITE_BUFFER = 1 << 20

@@ -67,7 +67,7 @@ class _KeyColumn(Sequence[str]):
 
     def __getitem__(self, index: int | slice) -> str | list[str]:
         if isinstance(index, slice):
-            return list(self._keys[index].to_pylist())
+            return self._keys[index].to_pylist()
         return str(self._keys[index].as_py())
 
     def __contains__(self, key: object) -> bool:
@@ -78,22 +78,24 @@ class _KeyColumn(Sequence[str]):
             yield from chunk.to_pylist()
 
 
-class _OkRows:
-    """Row of an ok key in the ok samples table (see :data:`_SCANNED_LOOKUPS`)."""
+class _Rows:
+    """Rows of a column that hold a value. The first lookups scan the column (:data:`_SCANNED_LOOKUPS`); past
+    them a value -> rows dict is built once, so a full read-back stays linear in the rows."""
 
-    def __init__(self, keys: pa.ChunkedArray) -> None:
-        self.keys = keys
+    def __init__(self, column: pa.ChunkedArray) -> None:
+        self.column = column
         self._scans = 0
-        self._rows: dict[str, int] | None = None
+        self._index: dict[Any, list[int]] | None = None
 
-    def row(self, key: str) -> int | None:
-        if self._rows is None and self._scans < _SCANNED_LOOKUPS:
+    def of(self, value: Any) -> list[int]:
+        if self._index is None and self._scans < _SCANNED_LOOKUPS:
             self._scans += 1
-            found = pc.index(self.keys, key).as_py()
-            return found if found >= 0 else None
-        if self._rows is None:
-            self._rows = {k: i for i, k in enumerate(self.keys.to_pylist())}
-        return self._rows.get(key)
+            return list(pc.indices_nonzero(pc.equal(self.column, value)).to_pylist())
+        if self._index is None:
+            self._index = {}
+            for i, v in enumerate(self.column.to_pylist()):
+                self._index.setdefault(v, []).append(i)
+        return self._index.get(value, [])
 
 
 class _PerOkKey(Mapping[str, _V]):
@@ -101,32 +103,32 @@ class _PerOkKey(Mapping[str, _V]):
     ok sample, made up front, held ~0.3 GB at 200,000 rows for a read-back that looks at 64 of them). Every
     ok key is in it."""
 
-    def __init__(self, rows: _OkRows) -> None:
-        self._rows = rows
+    def __init__(self, rows: _Rows) -> None:
+        self._rows = rows  # over the ok samples' key column
 
     def _value(self, key: str, row: int) -> _V:
         raise NotImplementedError
 
     def __getitem__(self, key: str) -> _V:
-        row = self._rows.row(key)
-        if row is None:
+        found = self._rows.of(key)
+        if not found:
             raise KeyError(key)
-        return self._value(key, row)
+        return self._value(key, found[0])
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and self._rows.row(key) is not None
+        return isinstance(key, str) and bool(self._rows.of(key))
 
     def __iter__(self) -> Iterator[str]:
-        return iter(_KeyColumn(self._rows.keys))
+        return iter(_KeyColumn(self._rows.column))
 
     def __len__(self) -> int:
-        return len(self._rows.keys)
+        return len(self._rows.column)
 
 
 class _ManifestFields(_PerOkKey[dict[str, Any]]):
     """Key -> the ``vlmforge`` json fields the manifest promises for that sample."""
 
-    def __init__(self, subset: str, ok: pa.Table, rows: _OkRows) -> None:
+    def __init__(self, subset: str, ok: pa.Table, rows: _Rows) -> None:
         super().__init__(rows)
         self._subset, self._ok = subset, ok
 
@@ -139,12 +141,12 @@ class _ManifestParts(_PerOkKey[list[str]]):
     """Key -> media part names in numeric order, from the ``media`` table (a text-only sample's are [], so
     a text-only sample that carries media is caught)."""
 
-    def __init__(self, ok: pa.Table, rows: _OkRows, media: pa.Table) -> None:
+    def __init__(self, ok: pa.Table, rows: _Rows, media: pa.Table) -> None:
         super().__init__(rows)
-        self._ok, self._media = ok, media
+        self._ok, self._media, self._media_rows = ok, media, _Rows(media["line"])
 
     def _value(self, key: str, row: int) -> list[str]:
-        rows = self._media.filter(pc.equal(self._media["line"], self._ok["line"][row]))
+        rows = self._media.take(self._media_rows.of(self._ok["line"][row].as_py()))
         items: list[tuple[int, str]] = []
         for index, out_ext, frames in zip(
             *(rows[name].to_pylist() for name in ("index", "out_ext", "frame_sha256")), strict=True
@@ -168,7 +170,7 @@ def _expected_from_manifests(layout: OutputLayout, subset: str) -> _Expected:
     for name in pc.unique(split).to_pylist():
         keys[name] = _KeyColumn(ok["key"].filter(pc.equal(split, name)))
     media = read_table(layout, "media", subset, columns=_MEDIA_COLUMNS, where=pc.field("status") == "ok")
-    rows = _OkRows(ok["key"])
+    rows = _Rows(ok["key"])
     shards = sorted(read_table(layout, "shards", subset).to_pylist(), key=lambda row: row["shard"])
     return _Expected(
         keys=keys,

@@ -4,7 +4,6 @@ shards are built from the store and load back through megatron-energon."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,20 +21,13 @@ SUBSETS = ("photo_vqa", "video_qa")
 @pytest.fixture(scope="module")
 def s3_endpoint(moto_s3: str) -> Iterator[str]:
     endpoint = moto_s3
-    saved = {k: os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
     # The store URL carries no options: workers find the endpoint the standard way (AWS_ENDPOINT_URL),
     # inherited from this process when the flow starts its local Ray.
-    os.environ.update(
-        AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing-secret"
-    )
-    try:
+    with pytest.MonkeyPatch.context() as env:  # module-scoped: pytest's own undo, not the function fixture
+        env.setenv("AWS_ENDPOINT_URL", endpoint)
+        env.setenv("AWS_ACCESS_KEY_ID", "testing")
+        env.setenv("AWS_SECRET_ACCESS_KEY", "testing-secret")
         yield endpoint
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def test_release_and_store_on_s3(

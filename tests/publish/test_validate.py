@@ -263,6 +263,7 @@ def test_the_read_back_finds_each_samples_promise_however_keys_are_looked_up(
     report = validate_subset(out, "alpha")
     text = "\n".join(report.problems)
     assert "2 json fields differ from the manifest" in text
+    assert "with other media parts" not in text  # each sample's parts found through the same lookups
     for row in changed:
         want = row["total_tokens"]
         assert f"{row['key']}: vlmforge.total_tokens is {want - 1}, expected {want}" in text
