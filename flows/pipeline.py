@@ -45,7 +45,7 @@ from ..tasks.publish.splits import EmptyTrainSplitError, metadataset_val_problem
 from ..tasks.publish.validate import validate_subset
 from ..tasks.storage import ContentStore, OutputFullError, atomic_write_bytes
 from . import progress
-from .runtime import LoopbackRayTaskRunner
+from .runtime import LoopbackRayTaskRunner, returns_freed_memory
 from .schedule import GATE, PUBLISH, VALIDATE, StageSpans, SubsetSchedule
 from .summary import RunSummary, SubsetOutcome, failures_markdown, publish_quality, summary_markdown
 
@@ -69,6 +69,7 @@ def _not_disk_full(task: Any, task_run: Any, state: Any) -> bool:
     retries=2,
     retry_delay_seconds=5,
 )
+@returns_freed_memory
 def build_batch_task(
     entry: SubsetEntry, index: int, n_batches: int, cfg: RunConfig, host_share: int = 1
 ) -> BatchStats:
@@ -76,6 +77,7 @@ def build_batch_task(
 
 
 @task(name="gate", task_run_name="gate {entry.subset}")
+@returns_freed_memory
 def gate_task(cfg: RunConfig, entry: SubsetEntry, run_id: str) -> GateResult:
     result = gate_subset(cfg, entry, run_id=run_id, overrides=load_overrides(cfg.gate.gate_overrides))
     record_gate(OutputLayout(cfg.out), run_id, result)
@@ -89,6 +91,7 @@ def gate_task(cfg: RunConfig, entry: SubsetEntry, run_id: str) -> GateResult:
     retry_delay_seconds=5,
     retry_condition_fn=_not_disk_full,
 )
+@returns_freed_memory
 def publish_task(cfg: RunConfig, subset: str, run_id: str) -> PublishResult:
     layout = OutputLayout(cfg.out)
     # The shards suite checks the staged dataset before the swap (skipped with the rest of the gate).
@@ -105,6 +108,7 @@ def publish_task(cfg: RunConfig, subset: str, run_id: str) -> PublishResult:
 
 
 @task(name="quality-docs", task_run_name="quality docs")
+@returns_freed_memory
 def quality_docs_task(out: str, run_id: str) -> str:
     """The run's Data Docs and their Markdown, on a worker that has Great Expectations imported already (the
     gate's): in the driver, importing it added ~5 s and ~0.2 GB to every run's end."""
@@ -112,6 +116,7 @@ def quality_docs_task(out: str, run_id: str) -> str:
 
 
 @task(name="validate", task_run_name="validate {subset}")
+@returns_freed_memory
 def validate_task(out: str, subset: str) -> str:
     """Read the published dataset back through megatron-energon and the cooker (a sample of each split)."""
     report = validate_subset(out, subset, sample_limit=64)
