@@ -415,6 +415,8 @@ def run_vlmforge(a: argparse.Namespace, release: Path, recipes: Path | None, wor
                 r["failures"] = vlmforge_failures(str(out))
             if not s["published"]:
                 r["failures"]["not published"] = f"gate {s['gate']}, error {s['error']}"
+            if s["published"] and s["validation"] != "ok":  # the read-back of what was published
+                r["failures"]["read-back"] = s["validation"][:500]
     if r["rc"] != 0 or not runs:
         r["failures"]["run"] = f"exit {r['rc']}: {r['stderr'][-1500:]}"
     shutil.rmtree(out, ignore_errors=True)

@@ -227,6 +227,12 @@ def run(
     print_summary(summary)
     if summary.failed:
         err.print(f"[red]not published:[/red] {', '.join(summary.failed)} (see the gate column above)")
+    if summary.unreadable:
+        err.print(
+            f"[red]read back wrong:[/red] {', '.join(summary.unreadable)} (see the validation column above; "
+            "`vlmforge validate OUT` reads every sample)"
+        )
+    if summary.failed or summary.unreadable:
         raise typer.Exit(1)
 
 

@@ -45,6 +45,11 @@ class RunSummary:
     def failed(self) -> list[str]:
         return [s.subset for s in self.subsets if not s.published]
 
+    @property
+    def unreadable(self) -> list[str]:
+        """Published subsets that the trainer's loader did not read back as the manifests promise."""
+        return [s.subset for s in self.subsets if s.published and s.validation not in ("ok", "not run")]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
@@ -52,6 +57,7 @@ class RunSummary:
             "seconds": self.seconds,
             "subsets": [asdict(s) for s in self.subsets],
             "failed": self.failed,
+            "unreadable": self.unreadable,
             "events": self.events,
         }
 

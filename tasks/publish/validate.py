@@ -146,7 +146,8 @@ class _ManifestParts(_PerOkKey[list[str]]):
         self._ok, self._media, self._media_rows = ok, media, _Rows(media["line"])
 
     def _value(self, key: str, row: int) -> list[str]:
-        rows = self._media.take(self._media_rows.of(self._ok["line"][row].as_py()))
+        found = self._media_rows.of(self._ok["line"][row].as_py())
+        rows = self._media.take(pa.array(found, pa.int64()))  # typed: [] alone is a null array take rejects
         items: list[tuple[int, str]] = []
         for index, out_ext, frames in zip(
             *(rows[name].to_pylist() for name in ("index", "out_ext", "frame_sha256")), strict=True

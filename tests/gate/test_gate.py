@@ -161,7 +161,7 @@ def _ok_sample_media_rejected(s: Rows, m: Rows) -> None:
 
 
 SAMPLES_CASES: dict[str, tuple[Mutation, str]] = {
-    "row count": (lambda s, m: {"rows": len(s) + 1}, "one row per input line (16 lines in the catalog)"),
+    "row count": (lambda s, m: {"rows": len(s) + 1}, "one row per input line (17 lines in the catalog)"),
     "status null": (lambda s, m: _set(_parse_rejected(s, m), status=None), "every row has a status"),
     "status unknown": (
         lambda s, m: _set(_parse_rejected(s, m), status="maybe"),
@@ -183,7 +183,7 @@ SAMPLES_CASES: dict[str, tuple[Mutation, str]] = {
     "too many images": (_max_images, "ok samples have at most max_num_images"),
     "reject rate": (
         lambda s, m: {"max_reject_rate": 0.5},
-        "reject rate at most 50.00%: found 80.0% of rows rejected",
+        "reject rate at most 50.00%: found 75.0% of rows rejected",
     ),
 }
 
@@ -250,7 +250,7 @@ def test_bad_rows_fails_the_default_reject_rate_with_the_reasons_counted(
     result = gate_subset(cfg, entry, overrides=load_overrides())
     assert not result.passed and result.suites["samples"] is False
     (line,) = result.failures
-    assert line.startswith("samples: reject rate at most 1.00%: found 80.0% of rows rejected; e.g. reason=")
+    assert line.startswith("samples: reject rate at most 1.00%: found 75.0% of rows rejected; e.g. reason=")
     assert "first_line=" in line
 
 
@@ -324,9 +324,9 @@ def test_drift_fails_with_a_readable_diff(bad_rows: tuple[Rows, Rows]) -> None:
     )
     assert result.suites == {"drift": False}
     assert result.failures == [
-        "drift: rows moved +25.0% since published run r0 (12 -> 15); limit +/-5.0%",
+        "drift: rows moved +33.3% since published run r0 (12 -> 16); limit +/-5.0%",
         f"drift: token sum moved -50.0% since published run r0 ({tokens * 2} -> {tokens}); limit +/-5.0%",
-        "drift: reject rate moved +30.00% points since published run r0 (50.00% -> 80.00%); "
+        "drift: reject rate moved +25.00% points since published run r0 (50.00% -> 75.00%); "
         "limit +/-1.00% points",
     ]
 
@@ -341,7 +341,7 @@ def test_a_drift_limit_can_be_raised_or_switched_off_per_subset(
     )
     overrides = load_overrides(user)
     tokens = sum(r["total_tokens"] for r in _ok(samples))
-    baseline = _baseline(samples, rows=10, tokens=tokens * 2, rejected=8)  # +50% rows, same reject rate
+    baseline = _baseline(samples, rows=12, tokens=tokens * 2, rejected=9)  # +33% rows, same reject rate
     result = _gate(samples, media, baseline=baseline, overrides=overrides, suites=("drift",))
     assert result.passed, result.failures
     assert result.params["max_rows_change"] == 0.5 and result.params["max_token_change"] is None

@@ -282,3 +282,17 @@ def test_a_listing_with_a_key_that_is_not_a_string_is_reported_not_raised(tmp_pa
     text = "\n".join(validate_subset(out, "beta").problems)
     assert f"1 ok samples whose shard differs from the written one: {lost} (samples.shard=" in text
     assert "written to None" in text
+
+
+@pytest.mark.parametrize("scanned", [0, 1000], ids=["dict", "scans"])
+def test_text_only_samples_validate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scanned: int) -> None:
+    """A sample with no media has no row in the ``media`` table: the read-back expects no parts for it
+    (a text-only subset, the commonest kind in the release, once failed every read-back here)."""
+    import vlmforge.tasks.publish.validate as validate
+
+    monkeypatch.setattr(validate, "_SCANNED_LOOKUPS", scanned)
+    out = build_out(tmp_path / "out", [SubsetSpec("gamma", 5, images=0, val_every=5)])
+    report = validate_subset(out, "gamma")
+    assert report.ok, report.problems
+    assert report.counts == {"train": 4, "val": 1}
+    assert set(map(len, report.media_parts.values())) == {0}

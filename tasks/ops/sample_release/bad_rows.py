@@ -82,4 +82,8 @@ def _lines() -> list[str]:
                 ],
             }
         ),
+        # a good row with no media: text-only samples sit beside image ones in the release's subsets
+        dump(
+            {"id": "good-text-0003", "messages": [user(txt("Name a grayscale test image.")), asst("camera")]}
+        ),
     ]

@@ -92,6 +92,7 @@ EXPECTED: Final[dict[str, list[dict[str, Any]]]] = {
         _rej(13, None, "empty_line"),
         _rej(14, "", "invalid_record", n_images=1),  # empty id
         _ok(15, "good-0002", n_images=2),
+        _ok(16, "good-text-0003", n_images=0),  # text only: no media part, read back with none
     ],
 }
 
