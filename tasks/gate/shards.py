@@ -72,6 +72,7 @@ def check_shards(
     else:
         per_manifest = _manifest_counts(shards) if published and shards is not None else None
         meta_rows, listed = _shard_rows(dataset, listing, counts, per_manifest)
+        del listing  # a Python string per key; the suite reads the Arrow table
         with open_views({"samples": samples}) as con:
             result.params = {"ok_samples": add_shard_views(con, meta_rows, listed)}
             run_suite(result, "shards", shards_profile(con, published=published), result.params, con)

@@ -33,7 +33,7 @@ from .keys import KEY_RE
 from .listing import write_listing
 from .members import prepare_sample
 from .metadataset import write_dataset_configs
-from .prepare import PREPARE_WORKERS, indexed_counts, indexed_keys, run_prepare
+from .prepare import PREPARE_WORKERS, indexed_counts, iter_indexed_keys, run_prepare
 from .rolling import Done, ShardWriter
 from .samples import SPLITS, DatasetResult, DuplicateKeyError, EnergonPrepareError, ShardInfo, ShardSample
 from .splits import check_train_split
@@ -84,6 +84,7 @@ def write_energon_dataset(
             samples, staging, subset, shard_max_bytes, shard_max_samples, journal, fmt, fsync
         )
         result = _index_and_check(staging, done, fmt, prepare_workers)
+        del done  # every written key (the listing holds them now): not through the check, the peak
     except (ValueError, TypeError, EnergonPrepareError):  # the same input would fail the same way again
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -159,11 +160,10 @@ def _index_and_check(
     run_prepare(root, tar_names, patterns, workers, {item.shard: item.sha256 for item in done})
     write_dataset_configs(root / ".nv-meta", fmt)
     shard_counts = indexed_counts(root, tar_names)
-    shard_keys = indexed_keys(root, tar_names)
     result = DatasetResult(path=root)
     listing: list[tuple[ShardInfo, list[str]]] = []
-    for item in done:
-        _check_shard(item, shard_keys[item.shard], shard_counts[item.shard])
+    for item, (_name, indexed) in zip(done, iter_indexed_keys(root, tar_names), strict=True):
+        _check_shard(item, indexed, shard_counts[item.shard])
         shard = ShardInfo(item.shard, item.split, len(item.keys), item.bytes, item.sha256, item.tokens)
         result.shards.append(shard)
         result.samples += shard.samples

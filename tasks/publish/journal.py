@@ -30,6 +30,8 @@ class Journal:
 
     def __init__(self, path: Path, header: dict[str, Any], fsync: bool) -> None:
         self.path, self.header, self.fsync = path, header, fsync
+        #: the shards an earlier, interrupted attempt recorded (what this one verifies and keeps); what this
+        #: attempt records goes to the file only: its entries hold every key of the subset
         self.entries: dict[str, dict[str, Any]] = {}
 
     @classmethod
@@ -56,7 +58,6 @@ class Journal:
 
     def record(self, entry: dict[str, Any]) -> None:
         self._append(entry, mode="ab")
-        self.entries[entry["shard"]] = entry
 
     def _append(self, obj: dict[str, Any], mode: str) -> None:
         with self.path.open(mode) as handle:

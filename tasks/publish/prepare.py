@@ -30,7 +30,14 @@ from pathlib import Path
 from ..storage import TMP_MARK, OutputFullError, no_space
 from .samples import EnergonPrepareError
 
-__all__ = ["PREPARE_WORKERS", "indexed_counts", "indexed_keys", "run_prepare", "seal_index"]
+__all__ = [
+    "PREPARE_WORKERS",
+    "indexed_counts",
+    "indexed_keys",
+    "iter_indexed_keys",
+    "run_prepare",
+    "seal_index",
+]
 
 META = ".nv-meta"
 INDEX_SQLITE = "index.sqlite"
@@ -209,11 +216,23 @@ def indexed_counts(root: Path, tar_names: list[str]) -> dict[str, int]:
 def indexed_keys(root: Path, tar_names: list[str]) -> dict[str, list[str]]:
     """Sample keys per shard, in sample order, as Energon's ``index.sqlite`` holds them (what a trainer's
     loader finds); shards are numbered in ``tar_names`` order, as prepare numbered them."""
-    keys: dict[str, list[str]] = {name: [] for name in tar_names}
+    return dict(iter_indexed_keys(root, tar_names))
+
+
+def iter_indexed_keys(root: Path, tar_names: list[str]) -> Iterator[tuple[str, list[str]]]:
+    """(shard, its keys in sample order) for every name of ``tar_names`` in order, one shard at a time: a
+    caller comparing them with what it wrote holds one shard's keys, not the subset's."""
     with contextlib.closing(sqlite3.connect(f"file:{root / META / INDEX_SQLITE}?mode=ro", uri=True)) as con:
         rows = con.execute("SELECT tar_file_id, sample_key FROM samples ORDER BY tar_file_id, sample_index")
+        current = 0
+        keys: list[str] = []
         for tar_id, key in rows:
             if not 0 <= tar_id < len(tar_names):
                 raise EnergonPrepareError(f"index.sqlite names shard {tar_id}; {len(tar_names)} were indexed")
-            keys[tar_names[tar_id]].append(key)
-    return keys
+            while current < tar_id:  # the shards before this one are complete (or hold no sample)
+                yield tar_names[current], keys
+                current, keys = current + 1, []
+            keys.append(key)
+        while current < len(tar_names):
+            yield tar_names[current], keys
+            current, keys = current + 1, []
