@@ -73,11 +73,17 @@ def test_the_wrapper_keeps_the_task_result_errors_and_signature() -> None:
 
 
 def test_every_task_a_ray_worker_runs_hands_back_its_memory() -> None:
-    from vlmforge.flows import pipeline
+    from prefect import Task
+
+    from vlmforge.flows import pipeline, stage_tasks
     from vlmforge.flows.runtime import returns_freed_memory
 
     wrapper_code = returns_freed_memory(lambda: None).__code__
-    tasks = [pipeline.build_batch_task, pipeline.gate_task, pipeline.publish_task]
-    tasks += [pipeline.validate_task, pipeline.quality_docs_task]
+    tasks = [value for value in vars(stage_tasks).values() if isinstance(value, Task)]
+    assert {t.name for t in tasks} == {"build-batch", "gate", "publish", "quality-docs", "validate"}
     for t in tasks:
         assert t.fn.__code__ is wrapper_code, f"{t.name} runs without returns_freed_memory"
+    # the flow submits these very tasks
+    assert not [
+        name for name, value in vars(pipeline).items() if isinstance(value, Task) and value not in tasks
+    ]

@@ -184,7 +184,7 @@ def check_frames_upright(out: Path, loaded: dict[str, dict[str, Any]]) -> dict[s
     by_ref: dict[str, Any] = {}
     for by_key in loaded.values():
         for key, sample in by_key.items():
-            rows = media[(ok[key]["subset"], ok[key]["line"])]
+            rows = media.get((ok[key]["subset"], ok[key]["line"]), [])  # a text-only sample has none
             images = iter(sample.imgs or [])
             videos = iter(sample.videos or [])
             for m in rows:
@@ -243,7 +243,7 @@ def token_mismatches(out: Path, loaded: dict[str, dict[str, Any]]) -> list[str]:
     for by_key in loaded.values():
         for key, sample in sorted(by_key.items()):
             row = ok[key]
-            rows = media[(row["subset"], row["line"])]
+            rows = media.get((row["subset"], row["line"]), [])
             image_rows = [m for m in rows if m["kind"] == "image"]
             video_rows = [m for m in rows if m["kind"] == "video"]
             per_image = _grid_tokens(processor, [_pil(t) for t in sample.imgs or []], MIN_PIXELS, MAX_PIXELS)
