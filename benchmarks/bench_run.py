@@ -70,6 +70,7 @@ MIX = ((6, 0.3e6), (3, 1.9e6), (1, 12e6))  # tenths of the corpus, pixels: 60% 0
 BASES_PER_TENTH = 10
 LINGER_S = 30.0
 SAMPLE_S = 0.2
+TIMELINE: Path | None = None  # --timeline DIR: every sample of every run, to find where a peak sits
 
 # --------------------------------------------------------------------------------------------- corpus
 
@@ -293,9 +294,11 @@ def measure(cmd: list[str], env: dict[str, str], work: Path, tag: str) -> dict[s
     # CPU seen per process while it lives: the wrapper's rusage misses processes whose parent never waits for
     # them (Ray's raylet lets the kernel reap its workers), so the tree's CPU is the larger of the two
     cpu_seen: dict[tuple[int, float], float] = {}
+    timeline = []
+    t0 = time.monotonic()
     try:
         while wrapper.poll() is None:
-            rss, pss, parts = 0, 0, dict[str, int]()
+            rss, pss, parts, each = 0, 0, dict[str, int](), list[tuple[str, int]]()
             try:
                 procs = me.children(recursive=True)
             except psutil.Error:
@@ -311,6 +314,12 @@ def measure(cmd: list[str], env: dict[str, str], work: Path, tag: str) -> dict[s
                     kind = process_kind(p)
                     parts[kind] = parts.get(kind, 0) + size
                     parts[f"{kind} #"] = parts.get(f"{kind} #", 0) + 1
+                    if TIMELINE:
+                        each.append((" ".join(p.cmdline()[:1])[:40], size))
+            if TIMELINE:
+                timeline.append(
+                    {"t": round(time.monotonic() - t0, 2), "rss": rss, "pss": pss, "each": each} | parts
+                )
             if rss > peak:
                 peak, peak_parts = rss, parts
             peak_pss = max(peak_pss, pss)
@@ -321,6 +330,9 @@ def measure(cmd: list[str], env: dict[str, str], work: Path, tag: str) -> dict[s
                 p.kill()
         raise
     r = json.loads(result.read_text())
+    if TIMELINE:
+        TIMELINE.mkdir(parents=True, exist_ok=True)
+        (TIMELINE / f"{work.name}-{tag}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in timeline))
     r["cpu_rusage"] = r["cpu_user"] + r["cpu_sys"]
     r["cpu_sampled"] = sum(cpu_seen.values())
     r["cpu"] = max(r["cpu_rusage"], r["cpu_sampled"])
@@ -644,12 +656,15 @@ def main() -> None:
     ap.add_argument("--skip-i2d", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "vlmforge-bench"))
+    ap.add_argument("--timeline", help="write every RSS sample of every run (per process kind) to DIR")
     ap.add_argument("--wrap", help=argparse.SUPPRESS)
     if "--wrap" in sys.argv:  # the measuring wrapper: bench_run.py --wrap RESULT -- CMD...
         k = sys.argv.index("--")
         wrap_main(sys.argv[sys.argv.index("--wrap") + 1], sys.argv[k + 1 :])
         return
     a = ap.parse_args()
+    global TIMELINE
+    TIMELINE = Path(a.timeline).resolve() if a.timeline else None
     if not a.images and not a.fixed_cost and not a.text_rows:
         a.images = "5000"
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop the server, remove temp dirs

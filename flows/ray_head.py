@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .runtime import QUIET_ENV, RAY_BOOTSTRAP, _free_port, ray_token_path
+from .runtime import QUIET_ENV, RAY_BOOTSTRAP, _free_port, ray_process_env, ray_token_path
 
 
 @dataclass
@@ -100,7 +100,7 @@ def start_ray_head(
             f"--object-store-memory={object_store_memory}",
             f"--temp-dir={temp_dir}",
         ]
-        full_env = os.environ.copy() | QUIET_ENV | dict(env or {}) | {"HOME": str(home)}
+        full_env = os.environ.copy() | QUIET_ENV | ray_process_env() | dict(env or {}) | {"HOME": str(home)}
         full_env.pop("RAY_ADDRESS", None)
         with open(log, "wb") as fh:
             proc = subprocess.Popen(
