@@ -273,6 +273,33 @@ def _require_local_only_ray() -> None:
 
 
 @contextlib.contextmanager
+def _without_cluster_monitors() -> Iterator[None]:
+    """``ray.init`` starts its one-node cluster without the autoscaler's monitor and the log monitor.
+
+    A run's own Ray never scales (one node, its CPUs fixed) and sends no worker log to its driver
+    (``log_to_driver=False``: the tasks log through Prefect), so both are two idle Python processes that
+    hold ~0.17 GB between them and import Ray at start-up, beside the run's two cores. ``ray start`` has
+    flags for both (``--no-monitor``, ``--include-log-monitor``); ``ray.init`` passes no such option to
+    the parameters of the node it starts, so they are given defaults here, for the one call.
+    """
+    from ray._private import parameter
+
+    given = parameter.RayParams
+
+    class RunOwnClusterParams(given):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("no_monitor", True)
+            kwargs.setdefault("include_log_monitor", False)
+            super().__init__(*args, **kwargs)
+
+    parameter.RayParams = RunOwnClusterParams  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        parameter.RayParams = given  # type: ignore[misc]
+
+
+@contextlib.contextmanager
 def _environ(updates: dict[str, str]) -> Iterator[None]:
     """``os.environ`` updated for the block, then restored (a variable that was unset is unset again)."""
     previous = {k: os.environ.get(k) for k in updates}
@@ -318,7 +345,10 @@ def start_local_ray(num_cpus: int | None = None, attempts: int = 3) -> Path:
     with _environ({"HOME": str(home)} | ray_process_env()):
         for attempt in range(1, attempts + 1):
             try:
-                with _quiet("ray._private.authentication.authentication_token_setup"):  # "token auth is on"
+                with (
+                    _quiet("ray._private.authentication.authentication_token_setup"),  # "token auth is on"
+                    _without_cluster_monitors(),
+                ):
                     ray.init(
                         _node_ip_address=LOOPBACK,
                         include_dashboard=False,

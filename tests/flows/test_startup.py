@@ -11,6 +11,7 @@ and while batches run, Ray's processes must see the environment a local Ray is s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -97,6 +98,7 @@ def test_an_embedded_run_starts_one_prefect_server(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "vlmforge.flows.cli", "run", str(release), "--out", str(out)]
     scans: dict[str, set[int]] = {}
     ray_processes: list[tuple[str, bool, dict[str, str | None]]] = []
+    commands: list[str] = []
     run: subprocess.Popen[bytes] | None = None
 
     def scan(event: str) -> None:  # the run is paused at ``event`` while this runs
@@ -104,6 +106,9 @@ def test_an_embedded_run_starts_one_prefect_server(tmp_path: Path) -> None:
         scans[event] = prefect_servers(run.pid)
         if event.startswith("batches"):
             ray_processes.extend(ray_process_settings(run.pid))
+            for proc in process_tree(run.pid):
+                with contextlib.suppress(psutil.Error):
+                    commands.append(" ".join(proc.cmdline()))
 
     with StageEvents(scan) as events, log.open("wb") as handle:
         env = os.environ.copy() | events.env | {"PYTHONUNBUFFERED": "1"}
@@ -131,3 +136,8 @@ def test_an_embedded_run_starts_one_prefect_server(tmp_path: Path) -> None:
         ray_processes
     )
     assert all(home_ok and env == RAY_PROCESS_ENV for _, home_ok, env in ray_processes), ray_processes
+    # the run's one-node Ray has no autoscaler monitor and no log monitor (flows/runtime.py
+    # _without_cluster_monitors): ~0.17 GB of idle processes
+    assert any("raylet" in c for c in commands), commands
+    monitors = [c for c in commands if "autoscaler/_private/monitor.py" in c or "log_monitor.py" in c]
+    assert not monitors, monitors
