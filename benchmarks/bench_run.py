@@ -262,7 +262,9 @@ def wrap_main(result: str, cmd: list[str]) -> None:
 
 
 # What a process of the tree is, for the breakdown of the peak RSS: Ray and Prefect name their processes.
-_KINDS = (
+_KINDS = (  # first match wins: Ray's agents are titled ray::...Agent too
+    ("Agent", "ray agents"),
+    ("monitor.py", "ray agents"),
     ("ray::", "ray workers"),
     ("default_worker", "ray workers"),
     ("gcs_server", "ray gcs"),

@@ -106,10 +106,15 @@ def returns_freed_memory(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         finally:
-            gc.collect(1)
-            _malloc_trim()
+            hand_back_freed_memory()
 
     return body
+
+
+def hand_back_freed_memory() -> None:
+    """What this process freed, back to the system: a young-generation collection, then glibc's trim."""
+    gc.collect(1)
+    _malloc_trim()
 
 
 def _libc_malloc_trim() -> Callable[[int], int] | None:
