@@ -3,6 +3,7 @@ temporary. Test modules import the plain helpers by name (``from conftest import
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -62,6 +63,30 @@ def srv() -> Iterator[HttpFixture]:
     """A loopback HTTP server with fault modes (``http_fixture.py``), one per test."""
     with HttpFixture() as s:
         yield s
+
+
+@contextlib.contextmanager
+def running_local_ray(num_cpus: int = 2) -> Iterator[None]:
+    """A local Ray as a run starts its own (the flow's runner reuses an initialised Ray), stopped after."""
+    import shutil
+
+    import ray
+
+    from vlmforge.flows.runtime import start_local_ray
+
+    home = start_local_ray(num_cpus)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    """One local Ray for a module's runs."""
+    with running_local_ray(2):
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ that re-reads no archive and yields the same bytes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,23 +46,6 @@ def _cfg(release: Path, out: Path, fmt: str, config: str) -> RunConfig:
         batch_lines=3,
         num_cpus=2,
     )
-
-
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    """One local Ray for the module's runs (the flow's runner reuses an initialised Ray)."""
-    import shutil
-
-    import ray
-
-    from vlmforge.flows.runtime import start_local_ray
-
-    home = start_local_ray(2)
-    try:
-        yield
-    finally:
-        ray.shutdown()
-        shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -6,29 +6,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
 import pytest
+from conftest import running_local_ray
 
 EXIT_WAIT_S = 90.0  # Ray lets a worker go 2 s after its last task; a loaded CI machine may take far longer
-
-
-@contextlib.contextmanager
-def _run_local() -> Iterator[None]:
-    import ray
-
-    from vlmforge.flows.runtime import start_local_ray
-
-    home = start_local_ray(2)
-    try:
-        yield
-    finally:
-        ray.shutdown()
-        shutil.rmtree(home, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -70,7 +56,9 @@ def _running(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("cluster", [_run_local, _server_head], ids=["run's own Ray", "server's Ray head"])
+@pytest.mark.parametrize(
+    "cluster", [running_local_ray, _server_head], ids=["run's own Ray", "server's Ray head"]
+)
 def test_an_idle_worker_is_let_go(
     cluster: Callable[[], contextlib.AbstractContextManager[None]], tmp_path: Path
 ) -> None:

@@ -61,23 +61,6 @@ def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeData]:
 
 
 @pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    """One local Ray for the module's three runs (the flow's runner reuses an initialised Ray)."""
-    import shutil
-
-    import ray
-
-    from vlmforge.flows.runtime import start_local_ray
-
-    home = start_local_ray(2)
-    try:
-        yield
-    finally:
-        ray.shutdown()
-        shutil.rmtree(home, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
 def layouts_run(
     bridge: BridgeData, prefect_harness: None, local_ray: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
