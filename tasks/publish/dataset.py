@@ -1,4 +1,4 @@
-"""Write one Megatron-Energon WebDataset per subset: deterministic tars, Energon's own prepare, a staged swap.
+"""Write one Megatron-Energon WebDataset per subset: deterministic tars, Energon's index, a staged swap.
 
 Layout of a published dataset ``dest`` (see docs energon-format.md §1, §11)::
 
@@ -12,7 +12,8 @@ Layout of a published dataset ``dest`` (see docs energon-format.md §1, §11)::
 :func:`write_energon_dataset` is a pipeline of the steps that live in their own modules: each sample is
 encoded by its sample format (:mod:`.formats`, default Bridge's ChatML) and prepared (:mod:`.members`),
 split writers roll shards over and keep finished shards of an interrupted attempt (:mod:`.rolling`,
-:mod:`.journal`), Energon indexes the staged folder (:mod:`.prepare`), the result is re-read and checked,
+:mod:`.journal`), each finished shard goes into Energon's index as it closes and the rest of ``.nv-meta``
+follows (:mod:`.prepare`, :mod:`.shard_index`), the index is re-read and checked,
 the listing is written (:mod:`.listing`), and the staged folder is swapped into place (:mod:`.swap`).
 Media may be given as bytes or as :class:`~.samples.MediaPart` (size + sha256 + a loader): the latter is
 read only when its shard is written, so a resumed write skips finished shards without reading their media.
@@ -33,7 +34,7 @@ from .keys import KEY_RE
 from .listing import write_listing
 from .members import prepare_sample
 from .metadataset import write_dataset_configs
-from .prepare import PREPARE_WORKERS, indexed_counts, iter_indexed_keys, run_prepare
+from .prepare import DatasetIndex, indexed_counts, iter_indexed_keys, seal_index, write_info_and_splits
 from .rolling import Done, ShardWriter
 from .samples import SPLITS, DatasetResult, DuplicateKeyError, EnergonPrepareError, ShardInfo, ShardSample
 from .splits import check_train_split
@@ -51,7 +52,6 @@ def write_energon_dataset(
     shard_max_samples: int = 10_000,
     fsync: bool = True,
     resume: bool = True,
-    prepare_workers: int | None = None,
     check: Callable[[Path], None] | None = None,
     sample_format: str = DEFAULT_FORMAT,
 ) -> DatasetResult:
@@ -63,7 +63,6 @@ def write_energon_dataset(
     ``fsync`` makes every shard durable before it is recorded as finished (and the publish rename after
     it); ``resume`` keeps the finished shards of an interrupted earlier call with the same ``subset``,
     limits and ``sample_format`` when the same samples arrive for them again (see :mod:`.journal`).
-    ``prepare_workers`` is the process count of Energon's prepare (default :data:`~.prepare.PREPARE_WORKERS`).
 
     Raises :class:`DuplicateKeyError` on a repeated key, :class:`ValueError` on an invalid sample or an
     empty input (an Energon dataset needs at least one shard), :class:`~.splits.EmptyTrainSplitError` when
@@ -83,7 +82,7 @@ def write_energon_dataset(
         done = _write_shards(
             samples, staging, subset, shard_max_bytes, shard_max_samples, journal, fmt, fsync
         )
-        result = _index_and_check(staging, done, fmt, prepare_workers)
+        result = _index_and_check(staging, done, fmt)
         del done  # every written key (the listing holds them now): not through the check, the peak
     except (ValueError, TypeError, EnergonPrepareError):  # the same input would fail the same way again
         shutil.rmtree(staging, ignore_errors=True)
@@ -114,8 +113,10 @@ def _write_shards(
 ) -> list[Done]:
     """Every sample into its split's shards; the finished shards in split order (train, then val)."""
     syncer = Syncer(journal, fsync)
+    index = DatasetIndex(root, fsync)
     writers = {
-        split: ShardWriter(root, split, subset, max_bytes, max_samples, journal, syncer) for split in SPLITS
+        split: ShardWriter(root, split, subset, max_bytes, max_samples, journal, syncer, index.add)
+        for split in SPLITS
     }
     seen: set[str] = set()
     counts = dict.fromkeys(SPLITS, 0)
@@ -130,9 +131,11 @@ def _write_shards(
         for writer in writers.values():
             writer.close()
         syncer.drain()
+        index.db.close()
     except BaseException as exc:
         for writer in writers.values():
             writer.abort()
+        index.db.abort()
         # finished shards still become durable and recorded (the next call resumes from them); the
         # original error is the one to report
         with contextlib.suppress(Exception):
@@ -144,20 +147,21 @@ def _write_shards(
     if not seen:
         raise ValueError(f"subset {subset!r} has no samples; an Energon dataset needs at least one shard")
     check_train_split(subset, counts)
-    return [item for split in SPLITS for item in writers[split].done]
+    return index.done
 
 
-def _index_and_check(
-    root: Path, done: list[Done], fmt: SampleFormat, prepare_workers: int | None
-) -> DatasetResult:
-    """Energon's prepare over the finished shards, then what it indexed compared with what was written."""
+def _index_and_check(root: Path, done: list[Done], fmt: SampleFormat) -> DatasetResult:
+    """The rest of ``.nv-meta`` over the finished shards (indexed as they finished, in that order), then what
+    the index holds compared with what was written."""
     tar_names = [item.shard for item in done]
     for path in root.iterdir():  # shards of a longer interrupted attempt
-        if path.name.endswith(".tar") and path.name not in tar_names:
+        if path.name.endswith((".tar", ".tar.idx")) and path.name.removesuffix(".idx") not in tar_names:
             remove(path)
-    patterns = [(split, rf"{split}-.*") for split in SPLITS if any(item.split == split for item in done)]
-    workers = prepare_workers or PREPARE_WORKERS
-    run_prepare(root, tar_names, patterns, workers, {item.shard: item.sha256 for item in done})
+    splits = {split: [d.shard for d in done if d.split == split] for split in SPLITS}
+    write_info_and_splits(
+        root, {item.shard: len(item.keys) for item in done}, {k: v for k, v in splits.items() if v}
+    )
+    seal_index(root, {item.shard: item.sha256 for item in done})
     write_dataset_configs(root / ".nv-meta", fmt)
     shard_counts = indexed_counts(root, tar_names)
     result = DatasetResult(path=root)
@@ -174,8 +178,8 @@ def _index_and_check(
 
 
 def _check_shard(item: Done, keys: list[str], indexed: int) -> None:
-    """The shard's samples as Energon indexed them (its scan of the tar's headers, checksums verified) are
-    the written keys in order, and ``.info.json`` counts them."""
+    """The shard's samples as ``index.sqlite`` holds them (what a trainer's loader finds) are the written keys
+    in order, and ``.info.json`` counts them."""
     if keys != item.keys:
         first = next((i for i, (a, b) in enumerate(zip(keys, item.keys, strict=False)) if a != b), len(keys))
         raise EnergonPrepareError(

@@ -26,6 +26,8 @@ class Prepared:
     key: str
     record: bytes
     parts: list[MediaPart]
+    #: the tar member names (``<key>.<record>``, then each part's), and their headers, in that order
+    names: list[str]
     headers: list[bytes]
     nbytes: int
     digest: bytes
@@ -77,13 +79,15 @@ def prepare_sample(sample: ShardSample, fmt: SampleFormat) -> Prepared:
     _check_key_and_split(sample)
     encoded = fmt.encode(sample.json, _media_parts(sample))
     _check_part_names(sample.key, encoded)
-    headers = [tar_header(f"{sample.key}.{encoded.record_name}", len(encoded.record))]
-    headers += [tar_header(f"{sample.key}.{part.name}", part.size) for part in encoded.media]
+    names = [f"{sample.key}.{encoded.record_name}", *(f"{sample.key}.{part.name}" for part in encoded.media)]
+    sizes = [len(encoded.record), *(part.size for part in encoded.media)]
+    headers = [tar_header(name, size) for name, size in zip(names, sizes, strict=True)]
     nbytes = sum(map(len, headers)) + padded(len(encoded.record)) + sum(padded(p.size) for p in encoded.media)
     return Prepared(
         key=sample.key,
         record=encoded.record,
         parts=list(encoded.media),
+        names=names,
         headers=headers,
         nbytes=nbytes,
         digest=_digest(sample.key, encoded),

@@ -1,17 +1,20 @@
-"""megatron-energon's own prepare step over a staged dataset: the ``.nv-meta`` index, split and info files.
+"""Megatron-energon's ``.nv-meta`` for shards the writer made: ``index.sqlite``, ``.info.json``,
+``split.yaml``, ``index.uuid``.
 
-Only split patterns matching at least one shard are passed (empty splits are omitted from ``split.yaml``):
-Energon raises ``EmptyDatasetError`` for a split with an empty shard list and an
-``AssertionError("Invalid split part")`` for a missing one, so callers must not load a missing split.
-Prepare's failures (it calls ``sys.exit`` on duplicate keys and on a shard it cannot index) become
-:class:`EnergonPrepareError`, or :class:`OutputFullError` when the disk was full.
+Energon's prepare learns each shard's samples by reading every member header back with :mod:`tarfile`
+(0.25 s of CPU per 10,000-sample text shard even with a reader of our own) and inserts a Python object per
+row through its own writer; a 200,000-row subset spent 8-10 s there, a third of its publish. The writer
+knows every member's offset as it writes it, so the index is built from that (:mod:`.shard_index`), one
+shard at a time as shards finish, into Energon's own schema: :class:`IndexDb` takes the ``CREATE``
+statements from Energon's ``SqliteIndexWriter`` itself, and the info and split files are made with
+Energon's own types and serialisers, as its prepare makes them. ``tests/publish/test_shard_index.py`` runs
+Energon's unmodified prepare over the same shards and finds the same rows, schema and files.
 
-Energon's prepare is not reproducible as it stands: its workers fill ``index.sqlite`` in the order they
-finish, and ``index.uuid`` is a random uuid4. :func:`seal_index` then rewrites both, atomically: the
-sqlite database rebuilt from the same schema with its rows in sorted order (same rows, same bytes), and the
-uuid derived from the dataset's content (every shard's name and sha256, ``.info.json``, ``split.yaml`` and
-the rebuilt index), so identical runs give byte-identical ``.nv-meta`` files and a changed dataset a new
-uuid (Energon keys its join caches by it).
+The shard ids are the shards' positions in ``.info.json`` (how Energon's reader resolves them), given in
+the order the shards were finished, so rows go to the index as soon as a shard is closed. The same samples
+give the same sequence of inserts, so the same bytes; :func:`seal_index` then derives ``index.uuid`` from the
+content (every shard's name and sha256, ``.info.json``, ``split.yaml`` and the index), so identical runs
+give byte-identical ``.nv-meta`` files and a changed dataset a new uuid (Energon keys its join caches by it).
 """
 
 from __future__ import annotations
@@ -20,102 +23,158 @@ import contextlib
 import hashlib
 import json
 import os
-import signal
 import sqlite3
-import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from ..storage import TMP_MARK, OutputFullError, no_space
+import yaml
+from megatron.energon import __version__ as energon_version
+from megatron.energon.bracecollapse import collapse
+from megatron.energon.epathlib import EPath
+from megatron.energon.flavors.webdataset.indexing import SqliteIndexWriter
+from megatron.energon.flavors.webdataset.structs import WebdatasetInfo, WebdatasetSplits
+from megatron.energon.typed_converter import to_json_object
+
+from ..storage import TMP_MARK, no_space
+from .rolling import Done
 from .samples import EnergonPrepareError
+from .shard_index import ShardIndex, index_members, write_tar_index
+from .tar import TarMember, tar_members
 
 __all__ = [
-    "PREPARE_WORKERS",
+    "DatasetIndex",
+    "IndexDb",
     "indexed_counts",
     "indexed_keys",
     "iter_indexed_keys",
-    "run_prepare",
     "seal_index",
+    "write_info_and_splits",
 ]
 
 META = ".nv-meta"
 INDEX_SQLITE = "index.sqlite"
 INDEX_UUID = "index.uuid"
-# The files the uuid is derived from, besides the shards (all written by Energon's prepare).
-_UUID_INPUTS = (".info.json", "split.yaml", INDEX_SQLITE)
+INFO_JSON = ".info.json"
+SPLIT_YAML = "split.yaml"
+# The files the uuid is derived from, besides the shards.
+_UUID_INPUTS = (INFO_JSON, SPLIT_YAML, INDEX_SQLITE)
 
 
-#: Workers of Energon's prepare by default: one, in this process (:mod:`.inline_pool`), however many shards.
-#: Our scan takes ~0.8 s of CPU per 10,000-sample shard (:mod:`.shard_scan`), so a second worker no longer
-#: pays for its fork of the whole (Ray worker) process: 200,000 text rows in 21 shards published in 74.6 s
-#: end to end with one in-process worker against 76.8 s with two forked ones, at a peak tree RSS of 2.75
-#: against 3.70 GB (``benchmarks/bench_run.py --text-rows 200000``).
-PREPARE_WORKERS = 1
+class IndexDb:
+    """``index.sqlite`` of a dataset being written, in Energon's schema, filled one shard at a time.
+
+    Built under a temporary name in one transaction; :meth:`close` adds Energon's indexes after the rows
+    (as Energon's writer does), makes the file durable and renames it into place."""
+
+    def __init__(self, meta: Path, fsync: bool = True) -> None:
+        meta.mkdir(parents=True, exist_ok=True)
+        self.path, self.fsync = meta / INDEX_SQLITE, fsync
+        self.tmp = meta / f"{TMP_MARK}{INDEX_SQLITE}"
+        self.tmp.unlink(missing_ok=True)
+        tables, self._indexes = _energon_schema(meta)
+        self.db: sqlite3.Connection | None = sqlite3.connect(self.tmp, isolation_level=None)
+        self.db.execute("BEGIN")
+        for sql in tables:
+            self.db.execute(sql)
+
+    def add(self, shard: ShardIndex) -> None:
+        """The shard's rows (its id is its position in ``.info.json``)."""
+        assert self.db is not None, "index closed"
+        try:
+            self.db.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?)", shard.samples)
+        except sqlite3.IntegrityError as exc:  # Energon's schema keeps sample keys unique across shards
+            raise EnergonPrepareError(f"shard {shard.tar_id} repeats a sample key of the dataset") from exc
+        self.db.executemany("INSERT INTO sample_parts VALUES (?, ?, ?, ?, ?)", shard.parts)
+
+    def close(self) -> None:
+        assert self.db is not None, "index closed"
+        for sql in self._indexes:
+            self.db.execute(sql)
+        self.db.execute("COMMIT")
+        self.db.close()
+        self.db = None
+        if self.fsync:
+            with open(self.tmp, "rb+") as f:
+                os.fsync(f.fileno())
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        if self.db is not None:
+            self.db.close()
+            self.db = None
+        self.tmp.unlink(missing_ok=True)
 
 
-@contextlib.contextmanager
-def _default_sigterm() -> Iterator[None]:
-    """SIGTERM with its default action while Energon's prepare runs (main thread only).
+class DatasetIndex:
+    """The index of a dataset as its shards finish (a :class:`~.rolling.ShardWriter`'s ``on_done``): each
+    shard's ``.tar.idx`` and rows, its id the count of shards finished before it; ``done`` in that order."""
 
-    Prepare forks its workers and SIGTERMs them when it fails (e.g. on a full disk). A forked child inherits
-    the caller's handler; a Ray worker's raises ``SystemExit``, which, delivered while the child is still in
-    ``os.fork()``, sends the child back into the caller's own code as a second copy of the task, and the
-    parent then waits for it forever. With the default action a terminated child simply ends.
-    """
-    previous = signal.getsignal(signal.SIGTERM)
-    if previous is None or threading.current_thread() is not threading.main_thread():
-        yield  # a handler installed outside Python cannot be restored; other threads cannot set one
-        return
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    def __init__(self, root: Path, fsync: bool = True) -> None:
+        self.root = root
+        self.db = IndexDb(root / META, fsync)
+        self.done: list[Done] = []
+
+    def add(self, done: Done, members: list[TarMember] | None) -> None:
+        path = self.root / done.shard
+        if members is None:  # kept from an interrupted attempt: its members read back from the file
+            members = list(tar_members(path))
+        shard = index_members(len(self.done), members)
+        if shard.count != len(done.keys):
+            raise EnergonPrepareError(f"{done.shard}: {shard.count} samples found, {len(done.keys)} written")
+        write_tar_index(path, shard.offsets)
+        self.db.add(shard)
+        self.done.append(done)
 
 
-def run_prepare(
-    root: Path,
-    tar_names: list[str],
-    patterns: Sequence[tuple[str, str]],
-    workers: int,
-    shard_sha256: Mapping[str, str] | None = None,
+_schema_cache: list[tuple[list[str], list[str]]] = []
+
+
+def _energon_schema(meta: Path) -> tuple[list[str], list[str]]:
+    """(``CREATE TABLE`` statements, the other ``CREATE`` statements) of the index Energon's own writer
+    makes, in its order: taken from an empty index it writes once per process (inside the output folder)."""
+    if not _schema_cache:
+        template = meta / f"{TMP_MARK}schema-{os.getpid()}.sqlite"
+        try:
+            SqliteIndexWriter(EPath(template)).close()
+            with contextlib.closing(sqlite3.connect(f"file:{template}?mode=ro", uri=True)) as con:
+                rows = con.execute(
+                    "SELECT type, sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite_%' "
+                    "ORDER BY rowid"
+                ).fetchall()
+        finally:
+            template.unlink(missing_ok=True)
+        _schema_cache.append(
+            ([sql for kind, sql in rows if kind == "table"], [sql for kind, sql in rows if kind != "table"])
+        )
+    return _schema_cache[0]
+
+
+def write_info_and_splits(
+    root: Path, shard_counts: Mapping[str, int], split_shards: Mapping[str, Sequence[str]]
 ) -> None:
-    """Energon's ``prepare_dataset`` over ``tar_names`` in ``root`` with (split, regex) ``patterns``, then
-    :func:`seal_index` (``shard_sha256``: the shards' known hashes; None reads the shards to hash them)."""
-    from .inline_pool import inline_single_worker
-    from .shard_scan import OwnTarPreparator
-
-    try:
-        with _default_sigterm(), inline_single_worker():
-            OwnTarPreparator.prepare_dataset(
-                root, tar_names, split_parts_patterns=list(patterns), shuffle_seed=None, workers=workers
-            )
-    except (OSError, sqlite3.Error) as exc:  # a full disk reaches energon's index as SQLITE_FULL too
-        full = no_space(exc, str(root))
-        if full is None:
-            raise
-        raise full from exc
-    except SystemExit as exc:  # energon calls sys.exit(1) on duplicate keys, and when a shard failed to index
-        if _nearly_full(root):  # the failure was the disk's (logged by energon), not the samples'
-            raise OutputFullError(
-                f"no space left on the output volume while megatron-energon indexed {root}: free space and "
-                "rerun the same command; committed work is kept and resumed"
-            ) from exc
-        raise EnergonPrepareError(
-            f"megatron-energon prepare exited with status {exc.code} for {root}"
-        ) from exc
-    except AssertionError as exc:  # e.g. "Shard X has no samples."
-        raise EnergonPrepareError(f"megatron-energon prepare failed for {root}: {exc}") from exc
-    if shard_sha256 is None:
-        shard_sha256 = {name: _file_sha256(root / name) for name in tar_names}
-    seal_index(root, shard_sha256)
+    """``.info.json`` (the shards in id order with their sample counts) and ``split.yaml`` (each split's
+    shards, brace-collapsed) as Energon's prepare writes them, with its permissions: the folder
+    user-writable, each file at its first shard's mode, owner read-write added."""
+    meta = root / META
+    info = WebdatasetInfo(energon_version=energon_version, shard_counts=dict(shard_counts))
+    splits = WebdatasetSplits(
+        split_parts={split: collapse(list(names), keep_order=True) for split, names in split_shards.items()}
+    )
+    _replace(meta / INFO_JSON, lambda tmp: tmp.write_text(json.dumps(to_json_object(info), indent=2)))
+    _replace(
+        meta / SPLIT_YAML, lambda tmp: tmp.write_text(yaml.dump(to_json_object(splits), sort_keys=False))
+    )
+    with contextlib.suppress(OSError, StopIteration):
+        meta.chmod(root.stat().st_mode | 0o700)
+        mode = (root / next(iter(shard_counts))).stat().st_mode | 0o600
+        for name in (INDEX_SQLITE, INFO_JSON, SPLIT_YAML):
+            (meta / name).chmod(mode)
 
 
 def seal_index(root: Path, shard_sha256: Mapping[str, str]) -> str:
-    """Rewrite ``.nv-meta/index.sqlite`` canonically and ``index.uuid`` from the content; the new uuid."""
+    """Write ``.nv-meta/index.uuid`` derived from the content; the uuid."""
     meta = root / META
-    _canonical_sqlite(meta / INDEX_SQLITE)
     h = hashlib.sha256(b"vlmforge energon index.uuid v1\0")
     for name in sorted(shard_sha256):
         h.update(f"shard\0{name}\0{shard_sha256[name]}\0".encode())
@@ -125,50 +184,6 @@ def seal_index(root: Path, shard_sha256: Mapping[str, str]) -> str:
     value = str(uuid.UUID(bytes=h.digest()[:16], version=5))  # name-based: the same content, the same uuid
     _replace(meta / INDEX_UUID, lambda tmp: tmp.write_text(value, encoding="utf-8"))
     return value
-
-
-def _canonical_sqlite(db: Path) -> None:
-    """``db`` rebuilt with the same schema and rows, rows in sorted order: identical rows, identical bytes.
-
-    Rows are streamed from the source in sorted order into the rebuild, so memory stays flat however
-    many samples the index holds."""
-    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as src:
-        schema = src.execute(
-            "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite_%' "
-            "ORDER BY rowid"
-        ).fetchall()
-        pragmas = {p: src.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_size", "user_version")}
-
-        def build(tmp: Path) -> None:
-            with contextlib.closing(sqlite3.connect(tmp, isolation_level=None)) as dst:
-                dst.execute(f"PRAGMA page_size = {int(pragmas['page_size'])}")
-                dst.execute(f"PRAGMA user_version = {int(pragmas['user_version'])}")
-                dst.execute("BEGIN")
-                for kind, name, sql in schema:
-                    if kind == "table":
-                        dst.execute(sql)
-                        ncols = _column_count(src, name)
-                        marks = ", ".join("?" * ncols)
-                        dst.executemany(
-                            f'INSERT INTO "{name}" VALUES ({marks})', _sorted_rows(src, name, ncols)
-                        )
-                for kind, _, sql in schema:
-                    if kind != "table":  # indexes (and any view or trigger) after the rows, as a rebuild does
-                        dst.execute(sql)
-                dst.execute("COMMIT")
-
-        _replace(db, build)
-
-
-def _column_count(con: sqlite3.Connection, table: str) -> int:
-    return len(con.execute(f'PRAGMA table_info("{table}")').fetchall())
-
-
-def _sorted_rows(con: sqlite3.Connection, table: str, ncols: int) -> Iterator[tuple[object, ...]]:
-    order = ", ".join(str(i) for i in range(1, ncols + 1))
-    cursor = con.execute(f'SELECT * FROM "{table}" ORDER BY {order}')
-    while rows := cursor.fetchmany(4096):
-        yield from rows
 
 
 def _replace(path: Path, write: Callable[[Path], object]) -> None:
@@ -194,14 +209,6 @@ def _file_sha256(path: Path) -> str:
         while block := f.read(1 << 20):
             h.update(block)
     return h.hexdigest()
-
-
-def _nearly_full(path: Path, margin: int = 1 << 20) -> bool:
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return False
-    return st.f_bavail * st.f_frsize < margin
 
 
 def indexed_counts(root: Path, tar_names: list[str]) -> dict[str, int]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,9 @@ from ..errors import ConfigError
 from .journal import Journal, Syncer
 from .members import BLOCK, Prepared
 from .samples import Split
-from .tar import TarOut
+from .tar import TarMember, TarOut
 
-__all__ = ["Done", "ShardWriter", "parse_size"]
+__all__ = ["Done", "OnDone", "ShardWriter", "parse_size"]
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:([kmgtp])(i?)b?|b)?\s*$", re.IGNORECASE)
 _SIZE_POWER = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
@@ -64,8 +65,14 @@ class Done:
     reused: bool
 
 
+#: Called with each finished shard, in the order shards finish: with the members written (as
+#: :func:`~.tar.tar_members` reads them back), or None for a shard kept from an earlier attempt.
+OnDone = Callable[[Done, list[TarMember] | None], None]
+
+
 class ShardWriter:
-    """Writes ``{split}-{subset}-{n:06d}.tar`` shards for one split, rolling by bytes and sample count."""
+    """Writes ``{split}-{subset}-{n:06d}.tar`` shards for one split, rolling by bytes and sample count;
+    hands each finished shard to ``on_done``."""
 
     def __init__(
         self,
@@ -76,12 +83,12 @@ class ShardWriter:
         max_samples: int,
         journal: Journal,
         syncer: Syncer,
+        on_done: OnDone,
     ) -> None:
         self.root, self.split, self.subset = root, split, subset
         self.max_bytes, self.max_samples = max_bytes, max_samples
-        self.journal, self.syncer = journal, syncer
+        self.journal, self.syncer, self.on_done = journal, syncer, on_done
         self.index = 0
-        self.done: list[Done] = []
         self.diverged = False  # once a recorded shard did not match, later ones are written directly
         self._open = False
         self._name = ""
@@ -162,13 +169,13 @@ class ShardWriter:
 
     def _keep(self, entry: dict[str, Any]) -> None:
         done = Done(self._name, self.split, self._keys, entry["bytes"], entry["sha256"], self._tokens, True)
-        self.done.append(done)
         self._open, self._buffer = False, []
+        self.on_done(done, None)
 
     def _finish(self, fingerprint: str) -> None:
         assert self._out is not None
         size, sha = self._out.finish()
-        handle, self._out = self._out.handle, None
+        handle, members, self._out = self._out.handle, self._out.members, None
         entry = {
             "shard": self._name,
             "keys": self._keys,
@@ -177,8 +184,8 @@ class ShardWriter:
             "fingerprint": fingerprint,
         }
         self.syncer.submit(handle, entry)
-        self.done.append(Done(self._name, self.split, self._keys, size, sha, self._tokens, False))
         self._open = False
+        self.on_done(Done(self._name, self.split, self._keys, size, sha, self._tokens, False), members)
 
     def abort(self) -> None:
         if self._out is not None:

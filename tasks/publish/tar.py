@@ -3,8 +3,9 @@
 A shard's bytes depend only on its samples: members ``<key>.<record>`` then the media parts in order,
 headers from :func:`~.members.tar_header` (long names via ``././@LongLink``, never pax headers), padded to
 10 KiB records exactly like :mod:`tarfile`. So a rewrite, a resumed write or another machine gives
-byte-identical shards. :func:`tar_members` reads a shard's headers back, as :mod:`tarfile` reads them
-(Energon's index is built from it: :mod:`.shard_scan`).
+byte-identical shards. :class:`TarOut` lists each member as it writes it, and :func:`tar_members` reads a
+shard's headers back as :mod:`tarfile` reads them (a shard kept from an interrupted attempt): Energon's index
+is built from either (:mod:`.shard_index`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,20 @@ _RECORD = tarfile.RECORDSIZE  # 10240: tarfile pads the archive to a multiple of
 _WRITE_BUFFER = 1 << 20
 _SMALL_WRITE = 1 << 16
 _READ_WINDOW = 1 << 16
+
+
+class TarMember(NamedTuple):
+    """A regular member as :mod:`tarfile` reports it: ``offset`` is where its first header starts (the
+    ``././@LongLink`` header of a long name), ``end`` where the next member (or the end marker) starts."""
+
+    name: str
+    offset: int
+    offset_data: int
+    size: int
+
+    @property
+    def end(self) -> int:
+        return self.offset_data + padded(self.size)
 
 
 class _Hasher:
@@ -59,7 +74,8 @@ class TarOut:
     """A shard being written: GNU tar bytes out, sha256 of what was written, tarfile-identical padding.
 
     Headers and padding are gathered into chunks of ~1 MiB; media bytes go out as they are. Each chunk is
-    written with plain ``write`` calls and handed to a :class:`_Hasher`.
+    written with plain ``write`` calls and handed to a :class:`_Hasher`. ``members`` lists every member as
+    :func:`tar_members` would read it back (what the shard's index is made from: :mod:`.shard_index`).
     """
 
     def __init__(self, path: Path) -> None:
@@ -67,6 +83,7 @@ class TarOut:
         self.handle = path.open("wb", buffering=0)
         self.hasher = _Hasher()
         self.offset = 0
+        self.members: list[TarMember] = []
         self._small = bytearray()
 
     def _write(self, data: bytes) -> None:
@@ -92,17 +109,20 @@ class TarOut:
             view = view[written or 0 :]
 
     def add(self, sample: Prepared) -> None:
-        self._member(sample.headers[0], sample.record, None)
-        for header, part in zip(sample.headers[1:], sample.parts, strict=True):
-            self._member(header, part.load(), part)
+        names, headers = sample.names, sample.headers
+        self._member(names[0], headers[0], sample.record, None)
+        for name, header, part in zip(names[1:], headers[1:], sample.parts, strict=True):
+            self._member(name, header, part.load(), part)
 
-    def _member(self, header: bytes, data: bytes, part: MediaPart | None) -> None:
+    def _member(self, name: str, header: bytes, data: bytes, part: MediaPart | None) -> None:
         if part is not None and len(data) != part.size:
             raise OSError(
                 f"{self.path.name}: media part {part.name!r} (sha256 {part.sha256[:12]}…) has {len(data)} "
                 f"bytes, {part.size} were announced"
             )
+        start = self.offset
         self._write(header)
+        self.members.append(TarMember(name, start, self.offset, len(data)))
         self._write(data)
         pad = -len(data) % BLOCK
         if pad:
@@ -129,20 +149,6 @@ class TarOut:
 
 _REGULAR = frozenset(tarfile.REGULAR_TYPES)
 _ZERO_BLOCK = bytes(BLOCK)
-
-
-class TarMember(NamedTuple):
-    """A regular member as :mod:`tarfile` reports it: ``offset`` is where its first header starts (the
-    ``././@LongLink`` header of a long name), ``end`` where the next member (or the end marker) starts."""
-
-    name: str
-    offset: int
-    offset_data: int
-    size: int
-
-    @property
-    def end(self) -> int:
-        return self.offset_data + padded(self.size)
 
 
 def tar_members(path: Path) -> Iterator[TarMember]:

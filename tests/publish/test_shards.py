@@ -193,14 +193,11 @@ def _every_file(root: Path) -> dict[str, bytes]:
 def test_two_identical_publishes_give_identical_bytes_for_every_file(
     tmp_path: Path, samples: list[ShardSample]
 ) -> None:
-    """Every file, .nv-meta included: Energon's prepare fills index.sqlite in the order its workers finish
-    and writes a random index.uuid; the seal rewrites both from the content."""
-    a = write_energon_dataset(
-        samples, tmp_path / "a" / "demo", subset="demo", shard_max_samples=2, prepare_workers=3
-    )
-    b = write_energon_dataset(
-        samples, tmp_path / "b" / "demo", subset="demo", shard_max_samples=2, prepare_workers=3
-    )
+    """Every file, .nv-meta included (Energon's own prepare fills index.sqlite in the order its workers
+    finish and writes a random index.uuid; ours fills it in shard order and derives the uuid from the
+    content)."""
+    a = write_energon_dataset(samples, tmp_path / "a" / "demo", subset="demo", shard_max_samples=2)
+    b = write_energon_dataset(samples, tmp_path / "b" / "demo", subset="demo", shard_max_samples=2)
     files_a, files_b = _every_file(a.path), _every_file(b.path)
     assert {".nv-meta/index.sqlite", ".nv-meta/index.uuid", ".nv-meta/.info.json"} <= set(files_a)
     assert [n for n in files_a if files_a[n] != files_b.get(n)] == [] and set(files_a) == set(files_b)
@@ -517,10 +514,10 @@ exec(open(sys.argv[1]).read())
 
 dest, kill_at = Path(sys.argv[2]), sys.argv[3]
 journal = dest.parent / f".{dest.name}.staging" / JOURNAL_NAME
-if kill_at == "prepare":
+if kill_at == "prepare":  # every shard written and indexed, .nv-meta not finished
     def killed(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGKILL)
-    dataset.run_prepare = killed
+    dataset.write_info_and_splits = killed
 dataset.write_energon_dataset(
     samples(kill_at), dest, subset="demo", shard_max_samples=4, sample_format="crude"
 )
