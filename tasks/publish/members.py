@@ -77,7 +77,7 @@ def padded(size: int) -> int:
 def prepare_sample(sample: ShardSample, fmt: SampleFormat) -> Prepared:
     """Check ``sample``, encode it with ``fmt`` and compute what the shard writer needs to place it."""
     _check_key_and_split(sample)
-    encoded = fmt.encode(sample.json, _media_parts(sample))
+    encoded = fmt.encode(sample.json, _media_parts(sample), sample.text)
     _check_part_names(sample.key, encoded)
     names = [f"{sample.key}.{encoded.record_name}", *(f"{sample.key}.{part.name}" for part in encoded.media)]
     sizes = [len(encoded.record), *(part.size for part in encoded.media)]

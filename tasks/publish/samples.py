@@ -67,6 +67,8 @@ class ShardSample:
     split: Split
     json: dict[str, Any]
     media: tuple[tuple[str, bytes] | MediaPart, ...] = ()
+    #: ``json`` as compact sorted JSON when the caller holds it already (the ``records`` part's text)
+    text: str | None = None
 
 
 @dataclass(frozen=True)

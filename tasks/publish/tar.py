@@ -120,11 +120,13 @@ class TarOut:
                 f"{self.path.name}: media part {part.name!r} (sha256 {part.sha256[:12]}…) has {len(data)} "
                 f"bytes, {part.size} were announced"
             )
-        start = self.offset
+        start, pad = self.offset, -len(data) % BLOCK
+        self.members.append(TarMember(name, start, start + len(header), len(data)))
+        if len(data) < _SMALL_WRITE:  # one write of a small member (a text shard's every member)
+            self._write(b"".join((header, data, _ZERO_BLOCK[:pad])))
+            return
         self._write(header)
-        self.members.append(TarMember(name, start, self.offset, len(data)))
         self._write(data)
-        pad = -len(data) % BLOCK
         if pad:
             self._write(b"\0" * pad)
 

@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from ..samples import MediaPart
-from .base import SampleFormat, TarParts
+from .base import SampleFormat, TarParts, record_json
 from .kept_video import kept_video_frames
 from .pickled import pickled_list, pickled_list_size, pickled_nested, pickled_nested_size
 
@@ -160,13 +160,15 @@ class BridgeFormat(SampleFormat):
     extra_configs: ClassVar[dict[str, str]] = {READ_CONFIG: READ_YAML}
     read_config: ClassVar[str | None] = READ_CONFIG
 
-    def encode(self, record: dict[str, Any], media: tuple[MediaPart, ...]) -> TarParts:
+    def encode(
+        self, record: dict[str, Any], media: tuple[MediaPart, ...], text: str | None = None
+    ) -> TarParts:
         key = str((record.get("vlmforge") or {}).get("key") or record.get("id"))
         linked = _Media(key, media)
         turns = _conversation(record, linked)
         linked.check_all_used()
         conversation = json.dumps(turns, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        sidecar = json.dumps(record, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        sidecar = record_json(record, text)
         parts = (
             _jpgs(linked.images) if linked.images else _no_media("jpgs"),
             _videos(linked.videos) if linked.videos else _no_media("videos"),

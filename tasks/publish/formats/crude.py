@@ -7,11 +7,10 @@ A sample is ``<key>.json`` (the record, compact sorted JSON) followed by its med
 
 from __future__ import annotations
 
-import json
 from typing import Any, ClassVar
 
 from ..samples import MediaPart
-from .base import SampleFormat, TarParts
+from .base import SampleFormat, TarParts, record_json
 
 __all__ = ["DATASET_YAML", "CrudeFormat"]
 
@@ -22,6 +21,7 @@ class CrudeFormat(SampleFormat):
     name: ClassVar[str] = "crude"
     dataset_yaml: ClassVar[str] = DATASET_YAML
 
-    def encode(self, record: dict[str, Any], media: tuple[MediaPart, ...]) -> TarParts:
-        payload = json.dumps(record, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-        return TarParts(record_name="json", record=payload.encode("utf-8"), media=media)
+    def encode(
+        self, record: dict[str, Any], media: tuple[MediaPart, ...], text: str | None = None
+    ) -> TarParts:
+        return TarParts(record_name="json", record=record_json(record, text).encode("utf-8"), media=media)
