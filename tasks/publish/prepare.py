@@ -29,12 +29,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import yaml
-from megatron.energon import __version__ as energon_version
-from megatron.energon.bracecollapse import collapse
-from megatron.energon.epathlib import EPath
-from megatron.energon.flavors.webdataset.indexing import SqliteIndexWriter
-from megatron.energon.flavors.webdataset.structs import WebdatasetInfo, WebdatasetSplits
-from megatron.energon.typed_converter import to_json_object
 
 from ..storage import TMP_MARK, no_space
 from .rolling import Done
@@ -134,6 +128,9 @@ def _energon_schema(meta: Path) -> tuple[list[str], list[str]]:
     """(``CREATE TABLE`` statements, the other ``CREATE`` statements) of the index Energon's own writer
     makes, in its order: taken from an empty index it writes once per process (inside the output folder)."""
     if not _schema_cache:
+        from megatron.energon.epathlib import EPath  # Energon imports torch: only where it runs
+        from megatron.energon.flavors.webdataset.indexing import SqliteIndexWriter
+
         template = meta / f"{TMP_MARK}schema-{os.getpid()}.sqlite"
         try:
             SqliteIndexWriter(EPath(template)).close()
@@ -156,6 +153,11 @@ def write_info_and_splits(
     """``.info.json`` (the shards in id order with their sample counts) and ``split.yaml`` (each split's
     shards, brace-collapsed) as Energon's prepare writes them, with its permissions: the folder
     user-writable, each file at its first shard's mode, owner read-write added."""
+    from megatron.energon import __version__ as energon_version
+    from megatron.energon.bracecollapse import collapse
+    from megatron.energon.flavors.webdataset.structs import WebdatasetInfo, WebdatasetSplits
+    from megatron.energon.typed_converter import to_json_object
+
     meta = root / META
     info = WebdatasetInfo(energon_version=energon_version, shard_counts=dict(shard_counts))
     splits = WebdatasetSplits(

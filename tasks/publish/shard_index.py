@@ -13,14 +13,13 @@ id, sample index, part, data offset, data size) exactly as Energon's scan yields
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import re
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from megatron.energon.flavors.webdataset.config import skip_meta_re, split_name_re
-from megatron.energon.flavors.webdataset.itar import ITAR_SUFFIX
 
 from .samples import EnergonPrepareError
 from .tar import TarMember
@@ -52,6 +51,7 @@ def index_members(tar_id: int, members: Iterable[TarMember]) -> ShardIndex:
     As Energon's scan: members whose name marks metadata (``__...__``) or has no ``key.part`` form are
     skipped; consecutive members with one key form one sample. Raises :class:`EnergonPrepareError` for a
     shard without a sample (Energon's prepare refuses one)."""
+    skip_meta_re, split_name_re = _energon_names()
     index = ShardIndex(tar_id)
     samples, parts, offsets = index.samples, index.parts, index.offsets
     last_key: str | None = None
@@ -74,9 +74,20 @@ def index_members(tar_id: int, members: Iterable[TarMember]) -> ShardIndex:
     return index
 
 
+@functools.cache
+def _energon_names() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """Energon's patterns of a metadata member and of ``<key>.<part>``, imported when first needed: Energon
+    imports torch, which the driver (it imports the publish stage's functions) must not load (~0.2 GB)."""
+    from megatron.energon.flavors.webdataset.config import skip_meta_re, split_name_re
+
+    return skip_meta_re, split_name_re
+
+
 def write_tar_index(shard: Path, offsets: array) -> None:
     """The shard's ``.tar.idx`` as Energon's ``TarIndexWriter`` writes it: native uint64 offsets, written to
     ``.tar.idx.tmp`` and renamed into place, readable and writable by the shard's owner."""
+    from megatron.energon.flavors.webdataset.itar import ITAR_SUFFIX
+
     final = shard.with_suffix(ITAR_SUFFIX)
     tmp = shard.with_suffix(ITAR_SUFFIX + ".tmp")
     try:

@@ -131,3 +131,16 @@ def test_the_driver_hands_back_what_the_catalog_scan_freed(tmp_path: Path) -> No
     kept, handed_back = grown("kept"), grown("handed back")
     assert kept > 5, f"the scan left only {kept:.1f} MB freed in the heap: the case tests nothing"
     assert handed_back < kept / 2, f"after the hand-back {handed_back:.1f} MB remain (without: {kept:.1f} MB)"
+
+
+def test_the_driver_imports_neither_torch_nor_energon() -> None:
+    """The driver imports the flow, and with it the stages' functions it calls itself (catalog, the
+    metadataset): torch and megatron-energon (which imports torch) belong to the workers, ~0.2 GB that the
+    driver would hold for the whole run (a publish module importing Energon at its top did that once)."""
+    probe = (
+        "import sys, json, vlmforge.flows.pipeline, vlmforge.flows.cli; "
+        "print(json.dumps(sorted(m for m in ('torch', 'megatron.energon', 'great_expectations') "
+        "if m in sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
