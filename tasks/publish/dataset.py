@@ -111,7 +111,8 @@ def _write_shards(
     fmt: SampleFormat,
     fsync: bool,
 ) -> list[Done]:
-    """Every sample into its split's shards; the finished shards in split order (train, then val)."""
+    """Every sample into its split's shards, each indexed as it closes; the finished shards in that order
+    (their ids in the index)."""
     syncer = Syncer(journal, fsync)
     index = DatasetIndex(root, fsync)
     writers = {
@@ -154,8 +155,10 @@ def _index_and_check(root: Path, done: list[Done], fmt: SampleFormat) -> Dataset
     """The rest of ``.nv-meta`` over the finished shards (indexed as they finished, in that order), then what
     the index holds compared with what was written."""
     tar_names = [item.shard for item in done]
-    for path in root.iterdir():  # shards of a longer interrupted attempt
-        if path.name.endswith((".tar", ".tar.idx")) and path.name.removesuffix(".idx") not in tar_names:
+    # shards a longer interrupted attempt recorded (resume keeps recorded shards until here; everything else
+    # it left, a .tar.idx among it, went when the staging folder was opened)
+    for path in root.iterdir():
+        if path.name.endswith(".tar") and path.name not in tar_names:
             remove(path)
     splits = {split: [d.shard for d in done if d.split == split] for split in SPLITS}
     write_info_and_splits(

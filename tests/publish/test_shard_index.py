@@ -173,3 +173,31 @@ def test_a_kept_shard_that_does_not_hold_what_was_written_is_refused(
     assert result.reused_shards == 0
     shards = list(json.loads((dest / ".nv-meta" / ".info.json").read_text())["shard_counts"])
     assert indexed_keys(dest, shards)[name] == keys
+
+
+def test_a_resumed_shorter_write_publishes_no_shard_of_the_longer_interrupted_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interrupted attempt recorded shards for 40 samples; the input shrank to 30 before the rerun. The
+    shards the journal recorded past the new input stay in the staging folder until the publish: none of
+    them, nor anything else the interrupted attempt left, may be published or indexed."""
+    dest = tmp_path / "ds"
+    staging = tmp_path / ".ds.staging"
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(dataset_module, "write_info_and_splits", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_energon_dataset(_samples(40), dest, subset="scan", shard_max_samples=7, fsync=False)
+    monkeypatch.undo()
+    longer = {p.name for p in staging.glob("*.tar")}
+    (staging / "train-scan-000000.tar.idx.tmp").write_bytes(b"\0" * 16)  # as a kill inside its write leaves
+    result = write_energon_dataset(_samples(30), dest, subset="scan", shard_max_samples=7, fsync=False)
+    shards = {s.shard for s in result.shards}
+    assert 0 < result.reused_shards < len(result.shards) and longer - shards
+    published = {p.name for p in dest.iterdir() if p.is_file()}
+    assert published == shards | {f"{s}.idx" for s in shards} | {"vlmforge-shards.json"}
+    info = json.loads((dest / ".nv-meta" / ".info.json").read_text())["shard_counts"]
+    assert set(info) == shards and sum(info.values()) == 30
+    assert sum(len(keys) for keys in indexed_keys(dest, list(info)).values()) == 30
