@@ -132,23 +132,28 @@ def test_a_shard_without_samples_is_refused() -> None:
         index_members(0, [TarMember("__meta__/a.json", 0, 512, 10), TarMember("noext", 1024, 1536, 3)])
 
 
+def _interrupted_after_every_shard(dest: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write of 40 samples interrupted once every shard is written, recorded and indexed, before the rest
+    of ``.nv-meta``: its staging folder is left for the next write to resume."""
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(dataset_module, "write_info_and_splits", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            write_energon_dataset(_samples(40), dest, subset="scan", shard_max_samples=7, fsync=False)
+    assert (dest.parent / f".{dest.name}.staging" / JOURNAL_NAME).is_file()
+
+
 def test_a_kept_shard_that_does_not_hold_what_was_written_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A resumed write keeps a finished shard of the interrupted one when the same samples arrive for it
     (journal, size); its index is read from the file, so a shard whose bytes changed on disk since (here: a
     sample renamed, same size) fails the publish instead of being published with the wrong keys."""
-    dest = tmp_path / "ds"
-    staging = tmp_path / ".ds.staging"
-
-    def interrupted(*args: object, **kwargs: object) -> None:
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(dataset_module, "write_info_and_splits", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        write_energon_dataset(_samples(40), dest, subset="scan", shard_max_samples=7, fsync=False)
-    monkeypatch.undo()
-    assert (staging / JOURNAL_NAME).is_file()
+    dest, staging = tmp_path / "ds", tmp_path / ".ds.staging"
+    _interrupted_after_every_shard(dest, monkeypatch)
     name = "train-scan-000000.tar"
     written = [m.name.split(".", 1)[0] for m in tar_members(staging / name)]
     keys = list(dict.fromkeys(written))
@@ -181,16 +186,8 @@ def test_a_resumed_shorter_write_publishes_no_shard_of_the_longer_interrupted_on
     """An interrupted attempt recorded shards for 40 samples; the input shrank to 30 before the rerun. The
     shards the journal recorded past the new input stay in the staging folder until the publish: none of
     them, nor anything else the interrupted attempt left, may be published or indexed."""
-    dest = tmp_path / "ds"
-    staging = tmp_path / ".ds.staging"
-
-    def interrupted(*args: object, **kwargs: object) -> None:
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(dataset_module, "write_info_and_splits", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        write_energon_dataset(_samples(40), dest, subset="scan", shard_max_samples=7, fsync=False)
-    monkeypatch.undo()
+    dest, staging = tmp_path / "ds", tmp_path / ".ds.staging"
+    _interrupted_after_every_shard(dest, monkeypatch)
     longer = {p.name for p in staging.glob("*.tar")}
     (staging / "train-scan-000000.tar.idx.tmp").write_bytes(b"\0" * 16)  # as a kill inside its write leaves
     result = write_energon_dataset(_samples(30), dest, subset="scan", shard_max_samples=7, fsync=False)
