@@ -39,7 +39,6 @@ from .tar import TarMember, tar_members
 __all__ = [
     "DatasetIndex",
     "IndexDb",
-    "indexed_counts",
     "indexed_keys",
     "iter_indexed_keys",
     "seal_index",
@@ -113,9 +112,7 @@ class DatasetIndex:
         path = self.root / done.shard
         if members is None:  # kept from an interrupted attempt: its members read back from the file
             members = list(tar_members(path))
-        shard = index_members(len(self.done), members)
-        if shard.count != len(done.keys):
-            raise EnergonPrepareError(f"{done.shard}: {shard.count} samples found, {len(done.keys)} written")
+        shard = index_members(len(self.done), members)  # checked against the written keys once all are in
         write_tar_index(path, shard.offsets)
         self.db.add(shard)
         self.done.append(done)
@@ -211,15 +208,6 @@ def _file_sha256(path: Path) -> str:
         while block := f.read(1 << 20):
             h.update(block)
     return h.hexdigest()
-
-
-def indexed_counts(root: Path, tar_names: list[str]) -> dict[str, int]:
-    """Samples per shard as Energon's ``.info.json`` counts them; it must index exactly ``tar_names``."""
-    info = json.loads((root / ".nv-meta" / ".info.json").read_text(encoding="utf-8"))
-    shard_counts: dict[str, int] = info.get("shard_counts", {})
-    if list(shard_counts) != tar_names:
-        raise EnergonPrepareError(f"energon indexed {sorted(shard_counts)}, expected {tar_names}")
-    return shard_counts
 
 
 def indexed_keys(root: Path, tar_names: list[str]) -> dict[str, list[str]]:

@@ -40,10 +40,6 @@ class ShardIndex:
     parts: list[PartRow] = field(default_factory=list)
     offsets: array = field(default_factory=lambda: array("Q"))
 
-    @property
-    def count(self) -> int:
-        return len(self.samples)
-
 
 def index_members(tar_id: int, members: Iterable[TarMember]) -> ShardIndex:
     """The index of shard ``tar_id`` from its regular members in file order (what Energon's scan yields).
