@@ -3,6 +3,7 @@ nginx on 127.0.0.1; and the fixed cost and row scaling of the real CLI (issue 22
 
     .venv/bin/python benchmarks/bench_run.py --images 1000,5000,20000 --reps 3   # vlmforge vs img2dataset
     .venv/bin/python benchmarks/bench_run.py --images 5000 --i2d-variant          # + keep_ratio_largest
+    .venv/bin/python benchmarks/bench_run.py --images 5000,20000 --kernel         # + the media kernel alone
     .venv/bin/python benchmarks/bench_run.py --fixed-cost --reps 3                # empty and 10-line subset
     .venv/bin/python benchmarks/bench_run.py --text-rows 5000,20000,200000         # text-only rows
 
@@ -451,6 +452,28 @@ def vlmforge_failures(out: str) -> dict[str, int]:
         return {"(manifests unreadable)": str(exc)}  # type: ignore[dict-item]
 
 
+def run_kernel(a: argparse.Namespace, url_file: Path, work: Path, tag: str) -> dict:
+    """vlmforge's media kernel alone on the same URLs: bench_fetch.py's batches (fetch in the background,
+    each image verified, resized, encoded and stored, as ``tasks/batch/media_step.py`` does) in a pool of one
+    process per core, 250 references a batch and 16 fetch threads as a run has; no Prefect, Ray, parsing,
+    tokens, manifests, gate or shards. What no orchestration of this kernel can beat on this machine."""
+    store = work / f"store-{tag}"
+    cores = str(os.cpu_count() or 1)
+    cmd = [sys.executable, str(REPO / "benchmarks" / "bench_fetch.py"), "--run-vlmforge", str(url_file),
+           str(store), "--workers", cores, "--threads", "16", "--batch", "250",
+           "--max-pixels", str(a.max_pixels)]  # fmt: skip
+    # one intra-op thread a process, as Ray gives a 1-CPU task
+    r = measure(cmd, clean_env(OMP_NUM_THREADS="1"), work, tag)
+    r["ok"], r["failures"] = 0, {}
+    try:
+        counts = json.loads(r["stdout"].strip().splitlines()[-1])
+        r["ok"], r["lines"] = counts["ok"], counts["ok"] + counts["failed"]
+    except (IndexError, ValueError, KeyError):
+        r["failures"]["run"] = f"exit {r['rc']}: {r['stderr'][-1500:]}"
+    shutil.rmtree(store, ignore_errors=True)
+    return r
+
+
 def run_i2d(a: argparse.Namespace, url_file: Path, work: Path, tag: str, variant: bool) -> dict:
     out = work / f"out-{tag}"
     i2d = str(Path(a.i2d_python).parent / "img2dataset")
@@ -560,8 +583,10 @@ def images_mode(a: argparse.Namespace, sizes: list[int], tmp: Path) -> dict:
     have_i2d = Path(a.i2d_python).exists() and not a.skip_i2d
     if not have_i2d:
         print(f"img2dataset: skipped ({'--skip-i2d' if a.skip_i2d else a.i2d_python + ' not found'})")
-    tools = ["vlmforge"] + (
-        ["img2dataset"] + (["img2dataset-largest-skip"] if a.i2d_variant else []) if have_i2d else []
+    tools = (
+        ["vlmforge"]
+        + (["vlmforge-kernel"] if a.kernel else [])
+        + (["img2dataset"] + (["img2dataset-largest-skip"] if a.i2d_variant else []) if have_i2d else [])
     )
     by_size: dict[str, dict] = {}
     try:
@@ -587,6 +612,8 @@ def images_mode(a: argparse.Namespace, sizes: list[int], tmp: Path) -> dict:
                     tag = f"{tool}-{rep}"
                     if tool == "vlmforge":
                         r = run_vlmforge(a, release, recipes, work, tag)
+                    elif tool == "vlmforge-kernel":
+                        r = run_kernel(a, url_file, work, tag)
                     else:
                         r = run_i2d(a, url_file, work, tag, variant=tool != "img2dataset")
                     r["failures"] = r["failures"] or ({} if r["ok"] == n else {"ok": f"{r['ok']} of {n}"})
@@ -613,7 +640,22 @@ def images_mode(a: argparse.Namespace, sizes: list[int], tmp: Path) -> dict:
             }
             r = s["ratios"]
             print(f"| {size} | {r['images_per_s']:.2f}x | {r['peak_rss']:.2f}x | {r['peak_pss']:.2f}x |")
+    if a.kernel:
+        print_kernel_bound(by_size)
     return {"server": srv.kind, "images": by_size}
+
+
+def print_kernel_bound(by_size: dict[str, dict]) -> None:
+    """What the pipeline around the media kernel costs, and the most any orchestration of the kernel could
+    reach against img2dataset: the kernel alone's images/s over img2dataset's."""
+    print("\n| images | vlmforge run / kernel alone (wall) | kernel alone / img2dataset images/s |")
+    print("|--:|--:|--:|")
+    for size, s in by_size.items():
+        v, k, i = s["vlmforge"], s["vlmforge-kernel"], s.get("img2dataset")
+        run_over_kernel = statistics.median(v["wall_s"]) / max(statistics.median(k["wall_s"]), 1e-9)
+        bound = f"{k['per_s_mean'] / max(i['per_s_mean'], 1e-9):.2f}x" if i else "n/a"
+        s["kernel"] = {"run_over_kernel_wall": run_over_kernel, "kernel_bound_vs_i2d": bound}
+        print(f"| {size} | {run_over_kernel:.2f}x | {bound} |")
 
 
 def text_mode(a: argparse.Namespace, label: str, sizes: list[int], tmp: Path) -> dict:
@@ -656,6 +698,9 @@ def main() -> None:
     ap.add_argument("--i2d-threads", type=int, default=16)
     ap.add_argument("--i2d-variant", action="store_true", help="also keep_ratio_largest + skip_reencode")
     ap.add_argument("--skip-i2d", action="store_true")
+    ap.add_argument(
+        "--kernel", action="store_true", help="also vlmforge's media kernel alone (bench_fetch.py's batches)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "vlmforge-bench"))
     ap.add_argument("--timeline", help="write every RSS sample of every run (per process kind) to DIR")
