@@ -5,6 +5,7 @@ nginx on 127.0.0.1; and the fixed cost and row scaling of the real CLI (issue 22
     .venv/bin/python benchmarks/bench_run.py --images 5000 --i2d-variant          # + keep_ratio_largest
     .venv/bin/python benchmarks/bench_run.py --images 5000,20000 --kernel         # + the media kernel alone
     .venv/bin/python benchmarks/bench_run.py --fixed-cost --reps 3                # empty and 10-line subset
+    .venv/bin/python benchmarks/bench_run.py --fixed-cost --services              # against running services
     .venv/bin/python benchmarks/bench_run.py --text-rows 5000,20000,200000         # text-only rows
 
 What is timed is each tool's own command line, start-up and teardown included: ``vlmforge run RELEASE --out
@@ -286,10 +287,25 @@ def process_kind(p: Any) -> str:
     return next((label for key, label in _KINDS if key in text), p.name())
 
 
-def measure(cmd: list[str], env: dict[str, str], work: Path, tag: str) -> dict[str, Any]:
-    """Run ``cmd`` under the wrapper; sample the tree's RSS; return wall, CPU-s, peak RSS and its output."""
+def measure(
+    cmd: list[str], env: dict[str, str], work: Path, tag: str, services: Any = None
+) -> dict[str, Any]:
+    """Run ``cmd`` under the wrapper; sample the tree's RSS; return wall, CPU-s, peak RSS and its output.
+
+    ``services`` (a psutil.Process): a running tree the command uses (``--services``), sampled with it; its
+    processes' CPU counts from the command's start (Ray's workers of the run are children of its raylet)."""
     import psutil
 
+    def services_tree() -> list[Any]:
+        with contextlib.suppress(psutil.Error):
+            return [services, *services.children(recursive=True)] if services is not None else []
+        return []
+
+    before: dict[tuple[int, float], float] = {}
+    for p in services_tree():
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            before[(p.pid, p.create_time())] = t.user + t.system
     result = work / f"{tag}.json"
     wrapper = subprocess.Popen([sys.executable, __file__, "--wrap", str(result), "--", *cmd], env=env)
     me = psutil.Process(wrapper.pid)
@@ -306,11 +322,12 @@ def measure(cmd: list[str], env: dict[str, str], work: Path, tag: str) -> dict[s
                 procs = me.children(recursive=True)
             except psutil.Error:
                 procs = []
-            for p in procs:
+            for p in procs + services_tree():
                 with contextlib.suppress(psutil.Error):
                     mem = p.memory_full_info()  # smaps_rollup: rss and pss in one read
                     t = p.cpu_times()
-                    cpu_seen[(p.pid, p.create_time())] = t.user + t.system
+                    ident = (p.pid, p.create_time())
+                    cpu_seen[ident] = t.user + t.system - before.get(ident, 0.0)
                     size = mem.rss
                     rss += size
                     pss += mem.pss
@@ -352,6 +369,54 @@ def measure(cmd: list[str], env: dict[str, str], work: Path, tag: str) -> dict[s
 
 
 # --------------------------------------------------------------------------------------- the peers
+
+
+class Services:
+    """``vlmforge server --ray`` on loopback for the whole benchmark (``--services``): the Prefect server and
+    Ray head a scheduled deployment's runs use, started once. Its token is a random one in the environment
+    (no file); its Prefect database lives in ``tmp``."""
+
+    def __init__(self, tmp: Path, vlmforge: str) -> None:
+        import psutil
+
+        port = _free_port()
+        token = os.urandom(32).hex()
+        self.log = tmp / "services.log"
+        env = clean_env(RAY_AUTH_TOKEN=token, PREFECT_HOME=str(tmp / "prefect-home"))
+        with self.log.open("wb") as log:
+            cmd = [vlmforge, "server", "--ray", "--port", str(port)]
+            self.popen = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        self.proc = psutil.Process(self.popen.pid)
+        url = f"http://127.0.0.1:{port}/api"
+        deadline = time.monotonic() + 180
+        address = None
+        while address is None or not _healthy(url):
+            if self.popen.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"vlmforge server did not start:\n{self.log.read_text()[-2000:]}")
+            found = [w for w in self.log.read_text(errors="replace").split() if w.startswith("RAY_ADDRESS=")]
+            address = found[0].split("=", 1)[1] if found else None
+            time.sleep(0.5)
+        self.env = {"PREFECT_API_URL": url, "RAY_ADDRESS": address, "RAY_AUTH_TOKEN": token}
+
+    def close(self) -> None:
+        self.popen.terminate()  # `vlmforge server` stops Ray's head, then the Prefect server
+        try:
+            self.popen.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            for p in [*self.proc.children(recursive=True), self.proc]:
+                with contextlib.suppress(Exception):
+                    p.kill()
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2) as r:
+            return bool(r.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+SERVICES: Services | None = None
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -418,7 +483,8 @@ def run_vlmforge(a: argparse.Namespace, release: Path, recipes: Path | None, wor
     cmd = [a.vlmforge, "run", str(release), "--out", str(out), "--max-pixels", str(a.max_pixels)]
     cmd += ["--recipes", str(recipes)] if recipes else []
     cmd += a.vlmforge_arg
-    r = measure(cmd, clean_env(), work, tag)
+    services = SERVICES.env if SERVICES is not None else {}
+    r = measure(cmd, clean_env(**services), work, tag, SERVICES.proc if SERVICES is not None else None)
     r["ok"], r["failures"] = 0, {}
     runs = sorted((out / "runs").glob("*.json")) if (out / "runs").is_dir() else []
     if runs:
@@ -684,6 +750,17 @@ def text_mode(a: argparse.Namespace, label: str, sizes: list[int], tmp: Path) ->
     return {label: by_size}
 
 
+def run_modes(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    if a.images:
+        results |= images_mode(a, [int(x) for x in a.images.split(",")], tmp)
+    if a.fixed_cost:
+        results |= text_mode(a, "fixed", [0, 10], tmp)
+    if a.text_rows:
+        results |= text_mode(a, "text", [int(x) for x in a.text_rows.split(",")], tmp)
+    return results
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", help="comma-separated corpus sizes, e.g. 1000,5000,20000 (default 5000)")
@@ -700,6 +777,11 @@ def main() -> None:
     ap.add_argument("--skip-i2d", action="store_true")
     ap.add_argument(
         "--kernel", action="store_true", help="also vlmforge's media kernel alone (bench_fetch.py's batches)"
+    )
+    ap.add_argument(
+        "--services",
+        action="store_true",
+        help="run `vlmforge run` against `vlmforge server --ray` started once (a deployment's set-up)",
     )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "vlmforge-bench"))
@@ -723,15 +805,19 @@ def main() -> None:
     print(f"machine: {info['cores']} cores, load {info['loadavg_start'][0]:.2f}; "
           f"img2dataset {info.get('img2dataset', 'not installed')}", flush=True)  # fmt: skip
     results: dict[str, Any] = {"info": info}
+    global SERVICES
     with tempfile.TemporaryDirectory(prefix="bench-run-") as d:
         tmp = Path(d)
         (tmp / "http").mkdir()
-        if a.images:
-            results |= images_mode(a, [int(x) for x in a.images.split(",")], tmp)
-        if a.fixed_cost:
-            results |= text_mode(a, "fixed", [0, 10], tmp)
-        if a.text_rows:
-            results |= text_mode(a, "text", [int(x) for x in a.text_rows.split(",")], tmp)
+        if a.services:
+            SERVICES = Services(tmp, a.vlmforge)
+            print(f"services: vlmforge server --ray, {SERVICES.env['PREFECT_API_URL']}", flush=True)
+            results["info"]["services"] = True
+        try:
+            results |= run_modes(a, tmp)
+        finally:
+            if SERVICES is not None:
+                SERVICES.close()
     info["loadavg_end"] = os.getloadavg()
     print("\nJSON " + json.dumps(results, default=str), flush=True)
 
