@@ -379,6 +379,8 @@ class Services:
     def __init__(self, tmp: Path, vlmforge: str) -> None:
         import psutil
 
+        from vlmforge.flows.runtime import PrefectServer
+
         port = _free_port()
         token = os.urandom(32).hex()
         self.log = tmp / "services.log"
@@ -388,15 +390,12 @@ class Services:
             self.popen = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         self.proc = psutil.Process(self.popen.pid)
         url = f"http://127.0.0.1:{port}/api"
-        deadline = time.monotonic() + 180
-        address = None
-        while address is None or not _healthy(url):
-            if self.popen.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"vlmforge server did not start:\n{self.log.read_text()[-2000:]}")
-            found = [w for w in self.log.read_text(errors="replace").split() if w.startswith("RAY_ADDRESS=")]
-            address = found[0].split("=", 1)[1] if found else None
-            time.sleep(0.5)
-        self.env = {"PREFECT_API_URL": url, "RAY_ADDRESS": address, "RAY_AUTH_TOKEN": token}
+        # it starts Ray's head and prints its address first, then the Prefect server
+        PrefectServer(url, self.popen, self.log).wait_healthy(180)
+        found = [w for w in self.log.read_text(errors="replace").split() if w.startswith("RAY_ADDRESS=")]
+        if not found:
+            raise RuntimeError(f"vlmforge server printed no RAY_ADDRESS:\n{self.log.read_text()[-2000:]}")
+        self.env = {"PREFECT_API_URL": url, "RAY_ADDRESS": found[0].split("=", 1)[1], "RAY_AUTH_TOKEN": token}
 
     def close(self) -> None:
         self.popen.terminate()  # `vlmforge server` stops Ray's head, then the Prefect server
@@ -406,14 +405,6 @@ class Services:
             for p in [*self.proc.children(recursive=True), self.proc]:
                 with contextlib.suppress(Exception):
                     p.kill()
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=2) as r:
-            return bool(r.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 SERVICES: Services | None = None
@@ -483,8 +474,8 @@ def run_vlmforge(a: argparse.Namespace, release: Path, recipes: Path | None, wor
     cmd = [a.vlmforge, "run", str(release), "--out", str(out), "--max-pixels", str(a.max_pixels)]
     cmd += ["--recipes", str(recipes)] if recipes else []
     cmd += a.vlmforge_arg
-    services = SERVICES.env if SERVICES is not None else {}
-    r = measure(cmd, clean_env(**services), work, tag, SERVICES.proc if SERVICES is not None else None)
+    env, services = (SERVICES.env, SERVICES.proc) if SERVICES is not None else ({}, None)
+    r = measure(cmd, clean_env(**env), work, tag, services)
     r["ok"], r["failures"] = 0, {}
     runs = sorted((out / "runs").glob("*.json")) if (out / "runs").is_dir() else []
     if runs:
