@@ -140,9 +140,9 @@ def _vlmforge_batch(args: tuple[list[str], str, int, int]) -> tuple[int, int]:
     from vlmforge.schemas.recipes import parse_recipe
     from vlmforge.tasks.fetch.acquire import FetchStream, read_outcome
     from vlmforge.tasks.fetch.options import FetchOptions
+    from vlmforge.tasks.geometry.resize_rule import smart_resize
     from vlmforge.tasks.media.image import process_image
     from vlmforge.tasks.storage import ContentStore, sha256_bytes
-    from vlmforge.tasks.tokens.resize import smart_resize
 
     base = urls[0].rsplit("/", 1)[0]
     recipe = parse_recipe(

@@ -82,7 +82,7 @@ def run(
     ] = None,
     recipes: Annotated[
         list[str] | None,
-        typer.Option("--recipes", help="folder of <subset>.yaml media recipes, before catalog/ (repeatable)"),
+        typer.Option("--recipes", help="folder of <subset>.yaml media recipes, before recipes/ (repeatable)"),
     ] = None,
     fetch_concurrency: Annotated[int, typer.Option(help="fetch threads per batch")] = 16,
     fetch_per_host: Annotated[
@@ -157,10 +157,9 @@ def run(
 ) -> None:
     """Catalog, parse, verify media, count tokens, gate and write Energon shards."""
     from ..schemas.config import RunConfig
-    from ..tasks.catalog.refresh import parse_license_allow
-    from ..tasks.catalog.storage_options import parse_storage_options
-    from ..tasks.media.formats import accepted_image_formats
-    from ..tasks.publish.rolling import parse_size
+    from ..tasks.catalog import parse_license_allow, parse_storage_options
+    from ..tasks.media import accepted_image_formats
+    from ..tasks.publish import parse_size
 
     try:
         options = dict(
@@ -209,7 +208,7 @@ def run(
         accepted_image_formats(cfg.media.extra_image_formats)  # an unknown format name fails here
     except Exception as exc:  # pydantic ValidationError: say which option and why
         raise typer.BadParameter(str(exc)) from None
-    from ..schemas.presets import load_preset
+    from ..tasks.geometry import load_preset
     from .runtime import LoopbackRayTaskRunner, embedded_runtime
 
     load_preset(cfg.tokens.model, cfg.tokens.model_dir)  # an unknown model fails before any service starts
@@ -274,7 +273,7 @@ def query(
     fmt: Annotated[str, typer.Option("--format", help="table | csv | json")] = "table",
 ) -> None:
     """Run DuckDB SQL over a run's manifests (list and struct columns as JSON in csv and table)."""
-    from ..tasks.ops.query import FORMAT_NAMES, render, run_query, text_rows
+    from ..tasks.ops import FORMAT_NAMES, render, run_query, text_rows
 
     if fmt not in FORMAT_NAMES:
         raise ConfigError(f"--format {fmt!r}: expected one of {', '.join(FORMAT_NAMES)}")
@@ -299,7 +298,7 @@ def sample_release(
     overwrite: Annotated[bool, typer.Option(help="replace dest if it exists")] = False,
 ) -> None:
     """Build the small sample release (real photos and a real video from scikit-image, plus bad input)."""
-    from ..tasks.ops.sample_release.build import build_sample_release
+    from ..tasks.ops import build_sample_release
 
     rel = build_sample_release(dest, overwrite=overwrite)
     console.print(f"sample release: {rel.root} ({len(rel.subsets)} subsets, {rel.total_lines} lines)")

@@ -15,9 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..tasks.errors import ConfigError
-from ..tasks.gate.report import quality_rows
-from ..tasks.gate.results import RunQuality, load_run
-from ..tasks.gate.suites import SUITES
+from ..tasks.gate import SUITES, RunQuality, load_run, quality_rows
 from ..tasks.manifests import OutputLayout
 
 QUALITY_EXAMPLES = """

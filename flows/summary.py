@@ -10,12 +10,10 @@ import duckdb
 from rich.console import Console
 from rich.table import Table
 
-from ..tasks.batch.stats import BatchStats
-from ..tasks.gate.docs import build_data_docs
-from ..tasks.gate.report import quality_markdown
-from ..tasks.gate.results import load_run
+from ..tasks.batch import BatchStats
+from ..tasks.gate import build_data_docs, load_run, quality_markdown
 from ..tasks.manifests import OutputLayout
-from ..tasks.ops.query import connect
+from ..tasks.ops import connect
 
 console = Console()
 

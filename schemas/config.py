@@ -55,7 +55,7 @@ class SourceOptions(_Options):
     hash, so none of these changes a batch's output by itself."""
 
     release: str = Field(description="release folder or fsspec URL")
-    # Layout of the release: the Nemotron one, or a public set staged first (tasks/catalog/layouts/).
+    # Layout of the release: the Nemotron one, or a public set staged first (tasks/staging/).
     source_format: Literal["nemotron", "mantis", "infovqa", "llava_video"] = "nemotron"
     source_configs: tuple[str, ...] = ()  # --config: configs of a staged source (empty: every config)
     subsets: tuple[str, ...] = ()  # empty: every subset of the release
@@ -88,7 +88,7 @@ class MediaOptions(_Options):
 
     media_roots: tuple[str, ...] = ()
     allowed_url_schemes: tuple[str, ...] = ()  # media references that may be URLs (http, https, s3, ...)
-    catalogs: tuple[str, ...] = ()  # recipe folders searched before catalog/
+    catalogs: tuple[str, ...] = ()  # recipe folders searched before the shipped recipes/
     image_format: Literal["keep", "jpeg", "webp", "png"] = "keep"
     max_image_pixels: int = Field(default=256_000_000, gt=0)  # decompression-bomb limit, from the header
     min_image_side: int = Field(default=1, ge=1)  # a shorter displayed side is a too_small reject

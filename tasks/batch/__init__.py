@@ -1,0 +1,9 @@
+from __future__ import annotations
+
+from .batch import build_batch
+from .stats import BatchStats
+
+__all__ = [
+    "BatchStats",
+    "build_batch",
+]

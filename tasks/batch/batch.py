@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from ...schemas.config import RunConfig
 from ...schemas.records import Record, Reject, SubsetEntry
+from ..geometry import geometry_of
 from ..manifests import OutputLayout
-from ..parse.batch import parse_batch
+from ..parse import parse_batch
 from ..storage import ContentStore, url_to_fs
 from .knobs import record_drop
 from .media_step import MediaStep
 from .sample import SampleSteps
 from .stats import BatchStats, StageClock
-from .tokens_step import TokenStep, get_tokenizer, preset_for
+from .tokens_step import TokenStep, get_tokenizer
 from .write import RETRY_SUFFIX, BatchParts, batch_fingerprint, batch_is_current, write_batch
 
 
@@ -31,9 +32,9 @@ def build_batch(
         return committed
     clock = StageClock()
     with clock.timed("setup"):
-        preset = preset_for(cfg)
-        tokens = TokenStep(cfg, preset, get_tokenizer(cfg))
-        media = MediaStep(entry, cfg, preset, ContentStore(cfg.store_url), host_share)
+        geometry = geometry_of(cfg)
+        tokens = TokenStep(cfg, geometry, get_tokenizer(cfg))
+        media = MediaStep(entry, cfg, geometry, ContentStore(cfg.store_url), host_share)
         data = _read_batch(entry, index)
     with clock.timed("parse"):
         items = _parse(data, entry, index, cfg)

@@ -23,15 +23,15 @@ from dataclasses import replace
 from typing import Any
 
 from ...schemas.recipes import Recipe, ref_variables
+from ..catalog import check_ready
 from ..errors import ConfigError
-from ..parse.refs import normalize_ref, unsafe_ref_reason
+from ..parse import normalize_ref, unsafe_ref_reason
 from ..storage import ContentStore
 from .batch import BatchRun
 from .client import HttpClient, HttpOptions
 from .failures import NO_SOURCE, NOT_FOUND, FetchError
 from .options import FetchContext, FetchOptions
 from .outcomes import FetchOutcome, FetchResult, FetchStats, Located, final_failure
-from .recipe_files import check_ready
 from .release import MissingMedia, read_location
 from .sources import SOURCES
 from .store_writes import StoreWriter

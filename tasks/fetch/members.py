@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tarfile
 
-from ..parse.refs import normalize_ref
+from ..parse import normalize_ref
 
 # A member name and a row's media reference take one path form, so that they match by string.
 normalize_member = normalize_ref

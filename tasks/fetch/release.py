@@ -40,7 +40,7 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
-from ..parse.refs import normalize_ref, unsafe_ref_reason
+from ..parse import normalize_ref, unsafe_ref_reason
 from ..storage import is_local, url_to_fs
 from .failures import NOT_FOUND, SOURCE_ERROR, TRUNCATED, UNSAFE_MEMBER
 from .members import normalize_member, tar_member_problem

@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+from .batch import parse_batch
+from .refs import normalize_ref, unsafe_ref_reason
+
+__all__ = [
+    "normalize_ref",
+    "parse_batch",
+    "unsafe_ref_reason",
+]

@@ -24,9 +24,10 @@ from typing import Any
 import orjson
 
 from ...schemas.records import Record, Reject
+from ..catalog import strip_bom
 from .dedup import apply_dedup
 from .forms.messages import fast_record
-from .lines import MAX_LINE_BYTES, iter_line_chunks, split_lines, strip_bom, too_long, undecodable
+from .lines import MAX_LINE_BYTES, iter_line_chunks, split_lines, too_long, undecodable
 from .record import record_or_reject
 from .refs import NO_SCHEMES
 

@@ -26,17 +26,17 @@ import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from ...schemas.sample_keys import KEY_RE, SPLITS
 from ..storage import no_space
 from .formats import DEFAULT_FORMAT, get_format
 from .formats.base import SampleFormat
 from .journal import Journal, Syncer, journal_header, open_staging
-from .keys import KEY_RE
 from .listing import write_listing
 from .members import prepare_sample
 from .metadataset import write_dataset_configs
 from .prepare import DatasetIndex, iter_indexed_keys, seal_index, write_info_and_splits
 from .rolling import Done, ShardWriter
-from .samples import SPLITS, DatasetResult, DuplicateKeyError, EnergonPrepareError, ShardInfo, ShardSample
+from .samples import DatasetResult, DuplicateKeyError, EnergonPrepareError, ShardInfo, ShardSample
 from .splits import check_train_split
 from .swap import recover_old, remove, staging_path, swap_into_place
 

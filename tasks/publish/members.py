@@ -11,8 +11,9 @@ import hashlib
 import tarfile
 from dataclasses import dataclass
 
+from ...schemas.sample_keys import SPLITS
 from .formats.base import SampleFormat, TarParts
-from .samples import SPLITS, MediaPart, ShardSample
+from .samples import MediaPart, ShardSample
 
 __all__ = ["BLOCK", "Prepared", "padded", "prepare_sample", "tar_header"]
 

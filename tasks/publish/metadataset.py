@@ -16,9 +16,9 @@ from typing import Any
 
 import yaml
 
+from ...schemas.sample_keys import SPLITS
 from ..storage import atomic_write_text
 from .formats.base import SampleFormat
-from .samples import SPLITS
 
 __all__ = [
     "PSI_CONFIGS",

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...schemas.sample_keys import Split
 from ..errors import ConfigError
 from .journal import Journal, Syncer
 from .members import BLOCK, Prepared
-from .samples import Split
 from .tar import TarMember, TarOut
 
 __all__ = ["Done", "OnDone", "ShardWriter", "parse_size"]

@@ -21,7 +21,7 @@ import yaml
 
 from ..errors import OutputError
 from ..manifests import OutputLayout, read_table
-from ..media.frames import frame_part_names
+from ..media import frame_part_names
 from .listing import MANIFEST_NAME, listing_table, published_subsets, read_manifest, shards_of
 from .metadataset import dataset_splits
 from .readback import validate_energon_dataset

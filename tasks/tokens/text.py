@@ -19,7 +19,7 @@ from typing import Any
 
 from ...schemas.presets import ModelPreset
 from ..errors import ConfigError
-from .families import family_of
+from ..geometry import family_of
 
 __all__ = ["TextTokenizer", "render_chat", "render_jinja"]
 

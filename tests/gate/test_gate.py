@@ -23,9 +23,9 @@ from vlmforge.tasks.gate.drift import Baseline
 from vlmforge.tasks.gate.params import load_overrides
 from vlmforge.tasks.gate.profiles import ManifestParts
 from vlmforge.tasks.gate.results import GateResult
-from vlmforge.tasks.gate.shards import ShardsGateFailed, check_shards, shards_check
 from vlmforge.tasks.gate.suites import load_suite
 from vlmforge.tasks.manifests import OutputLayout, read_table, write_part
+from vlmforge.tasks.publish.shards_suite import ShardsGateFailed, check_shards, shards_check
 
 Rows = list[dict[str, Any]]
 NULLABLE_SAMPLES = pa.schema([f.with_nullable(True) for f in SAMPLES])

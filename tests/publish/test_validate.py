@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 
 from vlmforge.energon import COOKERS, ChatSample
 from vlmforge.flows.cli_energon import register
+from vlmforge.schemas.sample_keys import sanitize_key
 from vlmforge.tasks.manifests import OutputLayout, read_table, write_part
-from vlmforge.tasks.publish.keys import sanitize_key
 from vlmforge.tasks.publish.listing import MANIFEST_NAME, read_manifest
 from vlmforge.tasks.publish.publish import publish_subset
 from vlmforge.tasks.publish.report import format_reports

@@ -11,11 +11,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from ....schemas.presets import ModelPreset
-from ..sampling import VideoTooShortError
+from ..frame_sampling import VideoTooShortError
+from ..model_files import ModelFiles
+from ..resize_rule import AspectRatioError, smart_resize
 
 __all__ = [
     "DEFAULT_VIDEO_FPS",
@@ -114,6 +117,36 @@ class ModelFamily(ABC):
 
     # whether ImageTokens.tiles means something to a reader (tiles / anyres views; a Qwen grid has none)
     reports_tiles: bool = True
+    # What the family's presets must set: (field, what it is) of fields that must not be None
+    requires: tuple[tuple[str, str], ...] = ()
+    video_samplers: tuple[str, ...] | None = None  # the video samplers its presets may name (None: any)
+    timestamps: bool = False  # whether it writes per-group timestamps (Qwen3)
+
+    def check(self, preset: ModelPreset) -> None:
+        """ValueError when ``preset`` lacks what this family needs or names a sampler it does not take."""
+        for name, what in self.requires:
+            if getattr(preset, name) is None:
+                raise ValueError(f"a {preset.family} preset needs {what}")
+        if self.video_samplers is not None and preset.video_sampler not in self.video_samplers:
+            raise ValueError(
+                f"a {preset.family} preset samples videos with {' or '.join(self.video_samplers)}, "
+                f"not {preset.video_sampler}"
+            )
+
+    def read_folder(self, base: dict[str, Any], files: ModelFiles) -> dict[str, Any]:
+        """Preset fields a local model folder's config files set (``--model-dir``); none by default."""
+        return {}
+
+    def stored_image_size(
+        self, preset: ModelPreset, height: int, width: int, min_pixels: int, max_pixels: int
+    ) -> tuple[int, int]:
+        """(height, width) the pipeline stores an image outside ``[min_pixels, max_pixels]`` at: the
+        factor-aligned ``smart_resize`` (ValueError for a side ratio over the preset's limit). A family
+        whose processor resizes otherwise (longest edge, fixed tiles) says so here."""
+        try:
+            return smart_resize(height, width, preset.factor, min_pixels, max_pixels)
+        except AspectRatioError as exc:
+            raise ValueError(str(exc)) from exc
 
     @abstractmethod
     def resize_factor(self, preset: ModelPreset) -> int | None:

@@ -14,13 +14,13 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
-from ...fetch.failures import FetchError
-from ...fetch.members import normalize_member
-from ...fetch.ranges import FsRangeSource
-from ...fetch.zip_format import (
+from ..fetch import (
+    FetchError,
+    FsRangeSource,
     ZipEntry,
     ZipIndex,
     check_zip_entry,
+    normalize_member,
     plan_ranges,
     read_zip_group,
     read_zip_index,

@@ -12,8 +12,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from ....schemas.presets import ModelPreset
-from ..resize import check_aspect, smart_resize
-from ..sampling import VideoTooShortError, np_linspace_round, torch_linspace_round
+from ..frame_sampling import VideoTooShortError, np_linspace_round, torch_linspace_round
+from ..resize_rule import check_aspect, smart_resize
 from .base import DEFAULT_VIDEO_FPS
 
 __all__ = [

@@ -18,11 +18,19 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import GateFailed
+from ..gate import (
+    GateResult,
+    ManifestParts,
+    Source,
+    add_shard_views,
+    open_views,
+    record_gate,
+    run_suite,
+    shards_profile,
+    shorten,
+)
 from ..manifests import OutputLayout
-from ..publish.listing import MANIFEST_NAME, listing_table
-from .profiles import ManifestParts, Source, add_shard_views, open_views, shards_profile
-from .results import GateResult, record_gate
-from .validate import run_suite, shorten
+from .listing import MANIFEST_NAME, listing_table
 
 INFO = ".nv-meta/.info.json"
 

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from fsspec import AbstractFileSystem
 
-from ...errors import ReleaseError
+from ..errors import ReleaseError
 from .common import LayoutConfig, Stager
 from .infovqa import InfoVqaLayout
 from .llava_video import LlavaVideoLayout

@@ -27,4 +27,4 @@ def family_of(preset: ModelPreset) -> ModelFamily:
     try:
         return FAMILIES[preset.family]
     except KeyError:
-        raise KeyError(f"no model family {preset.family!r} registered in tasks/tokens/families") from None
+        raise KeyError(f"no model family {preset.family!r} registered in tasks/geometry/families") from None

@@ -16,16 +16,16 @@ class RecipeError(VlmforgeError):
 
 
 def builtin_catalog_dir() -> Path:
-    """The recipes shipped with vlmforge (``catalog/*.yaml``)."""
+    """The recipes shipped with vlmforge (``recipes/*.yaml``)."""
     try:
         from importlib.resources import files
 
-        path = Path(str(files("vlmforge.catalog")))
+        path = Path(str(files("vlmforge.recipes")))
         if path.is_dir():
             return path
     except (ModuleNotFoundError, TypeError):
         pass
-    return Path(__file__).resolve().parents[2] / "catalog"
+    return Path(__file__).resolve().parents[2] / "recipes"
 
 
 def load_recipe(path: str | Path) -> Recipe:

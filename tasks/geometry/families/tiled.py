@@ -12,9 +12,11 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from ....schemas.presets import ModelPreset, TilingSpec
-from ..resize import AspectRatioError, check_aspect, pipeline_size
+from ..model_files import ModelFiles, as_dict
+from ..resize_rule import AspectRatioError, check_aspect, pipeline_size
 from .base import ImageTokens, VideoLayout, check_sampled
 from .wrapped import WrappedFamily
 
@@ -104,6 +106,55 @@ def _tiling(preset: ModelPreset) -> TilingSpec:
 
 
 class TiledFamily(WrappedFamily):
+    requires = (("text", "a text section (placeholders and wrappers)"), ("tiling", "a tiling section"))
+    video_samplers = ("uniform", "none")
+
+    def read_folder(self, base: dict[str, Any], files: ModelFiles) -> dict[str, Any]:
+        """InternVL / Nemotron ``config.json`` tiling keys (or the HF processor's), tokens per tile, and the
+        HF-format InternVL's own media tokens."""
+        pre, proc, cfg, tok_cfg = files.preprocessor, files.processor, files.config, files.tokenizer_config
+        out: dict[str, Any] = {}
+        tiling: dict[str, Any] = {}
+        vision = as_dict(cfg.get("vision_config"))
+        tile = cfg.get("force_image_size", as_dict(pre.get("size")).get("height"))
+        if isinstance(tile, int):
+            tiling["tile_size"] = tile
+        for src, dst in (
+            ("max_dynamic_patch", "max_tiles"),
+            ("min_dynamic_patch", "min_tiles"),
+            ("use_thumbnail", "thumbnail"),
+        ):
+            if src in cfg:
+                tiling[dst] = cfg[src]
+        for src, dst in (("max_patches", "max_tiles"), ("min_patches", "min_tiles")):
+            if isinstance(pre.get(src), int):
+                tiling[dst] = pre[src]
+        if pre.get("crop_to_patches") is False:
+            tiling["max_tiles"] = tiling["min_tiles"] = 1
+        patch = vision.get("patch_size")
+        ratio = cfg.get("downsample_ratio")
+        if isinstance(tile, int) and isinstance(patch, int) and isinstance(ratio, int | float):
+            tiling["tokens_per_tile"] = int((tile // patch) ** 2 * ratio**2)
+        if isinstance(proc.get("image_seq_length"), int):
+            tiling["tokens_per_tile"] = proc["image_seq_length"]
+        ctx = tok_cfg.get("context_image_token")
+        if isinstance(ctx, str):  # HF-format InternVL (InternVLProcessor): its own tokens and frame labels
+            tiling["multi_image"] = "per_image"
+            out["text"] = {
+                "image_placeholder": ctx,
+                "image_suffix": "",
+                "image_pad": ctx,
+                "image_start": str(tok_cfg.get("start_image_token", "<img>")),
+                "image_end": str(tok_cfg.get("end_image_token", "</img>")),
+                "video_placeholder": str(tok_cfg.get("video_token", "<video>")),
+                "video_suffix": "",
+                "video_frame": "Frame{i}: ",
+                "video_frame_sep": "\n",
+            }
+        if tiling:
+            out["tiling"] = tiling
+        return out
+
     def compute_image_tokens(
         self,
         preset: ModelPreset,

@@ -1,4 +1,5 @@
-"""The sample key and split rules, shared by the batch (which assigns them) and the shard writer.
+"""The sample key and split rules: a contract shared by the catalog (duplicate keys), the batch (which
+assigns them) and the shard writer.
 
 Both follow Megatron-Bridge's converters, so a key and its split are the same whichever tool wrote them.
 """
@@ -7,10 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import Literal
 
-from .samples import Split
+__all__ = ["KEY_RE", "SPLITS", "Split", "sanitize_key", "split_for_key"]
 
-__all__ = ["KEY_RE", "sanitize_key", "split_for_key"]
+Split = Literal["train", "val"]
+SPLITS: tuple[Split, ...] = ("train", "val")
 
 #: A run of characters that may not appear in a key (or a subset name).
 KEY_RE = re.compile(r"[^A-Za-z0-9_-]+")

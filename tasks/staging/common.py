@@ -16,10 +16,10 @@ from typing import Any, Final
 
 from fsspec import AbstractFileSystem
 
-from ...errors import ReleaseError
-from ...fetch.members import normalize_member
-from ...media.sniff import image_magic
-from ...storage import ContentStore, sha256_bytes
+from ..errors import ReleaseError
+from ..fetch import normalize_member
+from ..media import image_magic
+from ..storage import ContentStore, sha256_bytes
 from .store_refs import store_ref
 
 #: Largest media object read from an archive or a row (a bigger one stays unresolved: ``missing_media``).

@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 
 from ....schemas.presets import ModelPreset, TextSpec
-from ..sampling import np_linspace_round
+from ..frame_sampling import np_linspace_round
 from .base import DEFAULT_VIDEO_FPS, ExpandedText, ModelFamily, VideoSpec
 
 __all__ = ["WrappedFamily", "placeholder_re"]

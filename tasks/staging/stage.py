@@ -19,6 +19,7 @@ rerun re-reads no archive and every batch stays current. What a layout reads is 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import posixpath
@@ -29,8 +30,11 @@ from typing import Any, Final
 
 from fsspec import AbstractFileSystem
 
-from ...errors import ReleaseError
-from ...storage import ContentStore, atomic_write_bytes, is_local, url_to_fs
+from ...schemas.config import RunConfig
+from ...schemas.records import SubsetEntry
+from ..catalog import release_revision
+from ..errors import ReleaseError
+from ..storage import ContentStore, atomic_write_bytes, is_local, url_to_fs
 from .common import LayoutConfig, Stager, StageStats, isfile
 from .registry import SourceLayout, layout_for
 
@@ -202,3 +206,39 @@ def _read_json(fs: AbstractFileSystem, path: str) -> dict[str, Any] | None:
     except (FileNotFoundError, OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None
+
+
+# --- the run's source -----------------------------------------------------------------------------
+
+
+def stage_run_source(cfg: RunConfig) -> tuple[RunConfig, StagedRelease | None]:
+    """With ``--format`` other than nemotron: stage the source as a Nemotron-layout release under
+    ``OUT/staging/<format>/`` (media into the store) and return the config the rest of the run uses."""
+    if cfg.source.source_format == "nemotron":
+        if cfg.source.source_configs:
+            raise ReleaseError("--config selects configs of a staged source: give --format too")
+        return cfg, None
+    staged = stage_source(
+        cfg.source.release,
+        cfg.source.source_format,
+        cfg.out,
+        cfg.store_url,
+        configs=cfg.source.source_configs,
+        storage_options=cfg.source.storage_options,
+    )
+    unknown = sorted(set(cfg.source.subsets) - set(staged.subsets))
+    if unknown:
+        raise ReleaseError(
+            f"subset(s) {', '.join(unknown)} not staged from {cfg.source.release!r}; "
+            f"staged: {', '.join(staged.subsets)}"
+        )
+    work = cfg.replace(
+        release=staged.root, storage_options={}, subsets=cfg.source.subsets or tuple(staged.subsets)
+    )
+    return work, staged
+
+
+def as_released(entries: list[SubsetEntry], release: str) -> list[SubsetEntry]:
+    """Entries of a staged release name the source as given (release, revision), not the staging folder."""
+    revision = release_revision(release)
+    return [dataclasses.replace(e, release=release, revision=revision or e.revision) for e in entries]

@@ -12,11 +12,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from ....schemas.presets import ModelPreset
-from ..resize import smart_resize
+from ..model_files import ModelFiles, as_dict
+from ..resize_rule import smart_resize
 from .base import ExpandedText, ImageTokens, ModelFamily, VideoLayout, VideoSpec, VideoTokens, check_sampled
 from .qwen_video import QWEN_VIDEO_SAMPLERS, group_timestamps, timestamp_text, timestamp_tokens
 
@@ -42,6 +44,34 @@ def _pixel_bounds(preset: ModelPreset, max_pixels: int | None, min_pixels: int |
 
 class QwenFamily(ModelFamily):
     reports_tiles = False
+    requires = (("video_min_pixels", "video_min_pixels"), ("video_max_pixels", "video_max_pixels"))
+    video_samplers = ("qwen_vl_utils", "qwen3")
+    timestamps = True
+
+    def read_folder(self, base: dict[str, Any], files: ModelFiles) -> dict[str, Any]:
+        """Qwen2VLImageProcessor's patch sizes and pixel bounds; for qwen3 also the video processor's."""
+        pre, vid = files.preprocessor, files.video_preprocessor
+        size = as_dict(pre.get("size"))
+        out: dict[str, Any] = {}
+        for key in ("patch_size", "merge_size", "temporal_patch_size"):
+            if isinstance(pre.get(key), int):
+                out[key] = pre[key]
+        lo = pre.get("min_pixels", size.get("shortest_edge"))
+        hi = pre.get("max_pixels", size.get("longest_edge"))
+        if isinstance(lo, int):
+            out["min_pixels"] = lo
+        if isinstance(hi, int):
+            out["max_pixels"] = hi
+        if base.get("video_sampler") == "qwen3":  # transformers' Qwen3 video processor reads its config
+            vsize = as_dict(vid.get("size"))
+            if isinstance(vsize.get("shortest_edge"), int):
+                out["video_min_pixels"] = vsize["shortest_edge"]
+            if isinstance(vsize.get("longest_edge"), int):
+                out["video_max_pixels"] = vsize["longest_edge"]
+            for key in ("fps", "min_frames", "max_frames"):
+                if isinstance(vid.get(key), int | float) and not isinstance(vid.get(key), bool):
+                    out[key] = vid[key]
+        return out
 
     def resize_factor(self, preset: ModelPreset) -> int | None:
         return preset.factor

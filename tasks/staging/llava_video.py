@@ -14,9 +14,7 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
-from ...fetch.failures import FetchError
-from ...fetch.members import normalize_member
-from ...fetch.tar_format import iter_tar
+from ..fetch import FetchError, iter_tar, normalize_member
 from .common import (
     MAX_MEDIA_BYTES,
     READ_CHUNK,

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from ....schemas.presets import AnyresSpec, ModelPreset
-from ..resize import AspectRatioError, pipeline_size
+from ..model_files import ModelFiles, as_dict
+from ..resize_rule import AspectRatioError, pipeline_size
 from .base import ImageTokens, VideoLayout, check_sampled
 from .wrapped import WrappedFamily
 
@@ -62,6 +64,32 @@ def llava_image_tokens(anyres: AnyresSpec, height: int, width: int) -> ImageToke
 
 
 class LlavaFamily(WrappedFamily):
+    requires = (
+        ("text", "a text section (placeholders and wrappers)"),
+        ("anyres", "an anyres section"),
+        ("chat_template", "a chat_template (LLaVA does not use ChatML)"),
+    )
+    video_samplers = ("none",)
+
+    def read_folder(self, base: dict[str, Any], files: ModelFiles) -> dict[str, Any]:
+        """LlavaNextImageProcessor's crop size and pinpoints, LlavaNextProcessor's feature settings."""
+        pre, proc = files.preprocessor, files.processor
+        anyres: dict[str, Any] = {}
+        side = as_dict(pre.get("crop_size")).get("height", as_dict(pre.get("size")).get("shortest_edge"))
+        if isinstance(side, int):
+            anyres["image_size"] = side
+        pins = pre.get("image_grid_pinpoints")
+        if isinstance(pins, list):
+            anyres["grid_pinpoints"] = [tuple(p) for p in pins]
+        for src, dst in (
+            ("patch_size", "vision_patch_size"),
+            ("num_additional_image_tokens", "num_additional_image_tokens"),
+            ("vision_feature_select_strategy", "feature_select"),
+        ):
+            if src in proc and proc[src] is not None:
+                anyres[dst] = proc[src]
+        return {"anyres": anyres} if anyres else {}
+
     def compute_image_tokens(
         self,
         preset: ModelPreset,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import posixpath
 import re
 
-from ...storage import ContentStore, sha256_bytes
+from ..storage import ContentStore, sha256_bytes
 
 _STORE_REF = re.compile(r"^store/([0-9a-f]{64})/([A-Za-z0-9._-]{1,120})$")
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
