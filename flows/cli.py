@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..tasks.errors import ConfigError, VlmforgeError
+from .cli_options import config_options, with_config_options
 from .runtime import apply_quiet_env
 
 apply_quiet_env()
@@ -45,166 +46,27 @@ Examples:
 
 
 @app.command(epilog=RUN_EXAMPLES)
+@config_options(skip=("release",))
 def run(
     ctx: typer.Context,
     release: Annotated[str, typer.Argument(help="release folder or fsspec URL (one folder per subset)")],
-    out: Annotated[str, typer.Option("--out", "-o", help="output folder")],
-    source_format: Annotated[
-        str,
-        typer.Option(
-            "--format", help="layout of RELEASE: nemotron | mantis | infovqa | llava_video (staged first)"
-        ),
-    ] = "nemotron",
-    config: Annotated[
-        list[str] | None,
-        typer.Option("--config", help="only this config of a --format source (repeatable; default: all)"),
-    ] = None,
-    subset: Annotated[
-        list[str] | None, typer.Option("--subset", help="only this subset (repeatable)")
-    ] = None,
-    media_root: Annotated[
-        list[str] | None, typer.Option("--media-root", help="folder searched first for media (repeatable)")
-    ] = None,
-    storage_option: Annotated[
-        list[str] | None,
-        typer.Option("--storage-option", help="fsspec option of the release, key=value (repeatable)"),
-    ] = None,
-    license_allow: Annotated[
-        list[str] | None,
-        typer.Option(help="only subsets under these licenses (SPDX ids or patterns, comma-separated)"),
-    ] = None,
-    allow_url_scheme: Annotated[
-        list[str] | None,
-        typer.Option("--allow-url-scheme", help="media references may be URLs of this scheme (repeatable)"),
-    ] = None,
-    store: Annotated[
-        str | None, typer.Option(help="content-addressed media store, any fsspec URL (default OUT/store)")
-    ] = None,
-    recipes: Annotated[
-        list[str] | None,
-        typer.Option("--recipes", help="folder of <subset>.yaml media recipes, before recipes/ (repeatable)"),
-    ] = None,
-    fetch_concurrency: Annotated[int, typer.Option(help="fetch threads per batch")] = 16,
-    fetch_per_host: Annotated[
-        int,
-        typer.Option(
-            help="requests in flight per upstream host across the run (the batches fetching at once split "
-            "it; each keeps at least 1)"
-        ),
-    ] = 32,
     trainer: Annotated[
         str | None,
         typer.Option(
             help="set --model and the knobs to what this trainer's data path does (bridge-qwen2.5-vl | "
-            "bridge-qwen3-vl; table in README); options given explicitly override the trainer's values"
+            "bridge-qwen3-vl; table in README); options given explicitly override the trainer's values",
+            rich_help_panel="Model and knobs",
         ),
     ] = None,
-    model: Annotated[str, typer.Option(help="model preset for token counts and resize")] = "qwen2_5_vl",
-    model_dir: Annotated[
-        str | None, typer.Option(help="local model folder: its preprocessor_config.json overrides the preset")
-    ] = None,
-    tokenizer: Annotated[str | None, typer.Option(help="tokenizer.json or model folder")] = None,
-    max_pixels: Annotated[int | None, typer.Option(help="resize images above this many pixels")] = None,
-    min_pixels: Annotated[int | None, typer.Option(help="model min pixels (default: preset)")] = None,
-    max_num_images: Annotated[int | None, typer.Option(help="drop samples with more images")] = None,
-    max_num_frames: Annotated[int | None, typer.Option(help="cap sampled frames per video")] = None,
-    frames_mode: Annotated[str, typer.Option(help="uniform | truncate (over --max-num-frames)")] = "uniform",
-    max_visual_tokens: Annotated[
-        int | None, typer.Option(help="drop samples with more visual tokens")
-    ] = None,
-    seq_len: Annotated[int | None, typer.Option(help="drop samples longer than this")] = None,
-    seq_len_mode: Annotated[
-        str, typer.Option(help="drop | truncate (cut text after the last visual token, keep a target)")
-    ] = "drop",
-    min_image_side: Annotated[int, typer.Option(help="reject images with a shorter side (too_small)")] = 1,
-    video_mode: Annotated[
-        str, typer.Option(help="keep (video bytes, decoded in training) | frames (sampled frames as images)")
-    ] = "keep",
-    video_max_pixels: Annotated[
-        int | None, typer.Option(help="--video-mode frames: cap on each frame's pixels")
-    ] = None,
-    max_image_pixels: Annotated[
-        int, typer.Option(help="decompression-bomb limit, checked from the header")
-    ] = 256_000_000,
-    image_format: Annotated[str, typer.Option(help="keep | jpeg | webp | png")] = "keep",
-    accept_image_format: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--accept-image-format",
-            help="also accept images in this Pillow format (XPM, FITS, ...; repeatable; list in README)",
-        ),
-    ] = None,
-    val_fraction: Annotated[float, typer.Option(help="share of samples in the val split")] = 0.0,
-    max_reject_rate: Annotated[float, typer.Option(help="gate: highest reject rate a subset may have")] = 0.5,
-    skip_gate: Annotated[bool, typer.Option(help="publish without the quality gate (debugging)")] = False,
-    gate_overrides: Annotated[
-        str | None, typer.Option(help="JSON file of per-subset gate parameters")
-    ] = None,
-    shard_size: Annotated[str, typer.Option(help="target bytes per shard (1GB, 500MB, ...)")] = "1GB",
-    shard_max_samples: Annotated[int, typer.Option(help="samples per shard at most")] = 10_000,
-    sample_format: Annotated[
-        str,
-        typer.Option(
-            help="bridge (Megatron-Bridge's ChatMLWebdataset: images and sampled frames, pickled) | crude "
-            "(CrudeWebdataset + vlmforge's cooker: media parts as stored, video bytes with frame_indices)"
-        ),
-    ] = "bridge",
-    batch_lines: Annotated[
-        int, typer.Option(help="JSONL lines per batch at most (the unit of work; media cap it sooner)")
-    ] = 10_000,
-    ray_address: Annotated[str | None, typer.Option(help="existing Ray cluster (default: local)")] = None,
-    num_cpus: Annotated[int | None, typer.Option(help="CPUs for the local Ray")] = None,
+    **options: Any,
 ) -> None:
     """Catalog, parse, verify media, count tokens, gate and write Energon shards."""
     from ..schemas.config import RunConfig
-    from ..tasks.catalog import parse_license_allow, parse_storage_options
     from ..tasks.media import accepted_image_formats
-    from ..tasks.publish import parse_size
 
     try:
-        options = dict(
-            release=release,
-            out=out,
-            source_format=source_format,
-            source_configs=tuple(config or ()),
-            subsets=tuple(subset or ()),
-            media_roots=tuple(media_root or ()),
-            storage_options=parse_storage_options(storage_option),
-            license_allow=tuple(parse_license_allow(license_allow)),
-            allowed_url_schemes=tuple(allow_url_scheme or ()),
-            store=store,
-            catalogs=tuple(recipes or ()),
-            fetch_concurrency=fetch_concurrency,
-            fetch_per_host=fetch_per_host,
-            model=model,
-            model_dir=model_dir,
-            tokenizer=tokenizer,
-            max_pixels=max_pixels,
-            min_pixels=min_pixels,
-            max_num_images=max_num_images,
-            max_num_frames=max_num_frames,
-            frames_mode=frames_mode,
-            max_visual_tokens=max_visual_tokens,
-            seq_len=seq_len,
-            seq_len_mode=seq_len_mode,
-            min_image_side=min_image_side,
-            video_mode=video_mode,
-            video_max_pixels=video_max_pixels,
-            max_image_pixels=max_image_pixels,
-            image_format=image_format,
-            extra_image_formats=tuple(accept_image_format or ()),
-            val_fraction=val_fraction,
-            max_reject_rate=max_reject_rate,
-            skip_gate=skip_gate,
-            gate_overrides=gate_overrides,
-            shard_max_bytes=parse_size(shard_size),
-            shard_max_samples=shard_max_samples,
-            sample_format=sample_format,
-            batch_lines=batch_lines,
-            ray_address=ray_address,
-            num_cpus=num_cpus,
-        )
-        cfg = RunConfig.of(**_with_trainer(ctx, trainer, options))
+        given = with_config_options(options) | {"release": release}
+        cfg = RunConfig.of(**_with_trainer(ctx, trainer, given))
         accepted_image_formats(cfg.media.extra_image_formats)  # an unknown format name fails here
     except Exception as exc:  # pydantic ValidationError: say which option and why
         raise typer.BadParameter(str(exc)) from None

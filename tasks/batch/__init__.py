@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from .batch import build_batch
+from .build_batch import build_batch
 from .stats import BatchStats
 
 __all__ = [

@@ -18,11 +18,10 @@ from ...schemas.rows import MediaRow
 from ..catalog import find_recipe
 from ..fetch import (
     FetchContext,
-    FetchOptions,
+    FetchKnobs,
     FetchOutcome,
     FetchStats,
     FetchStream,
-    HttpOptions,
     MediaResolver,
     MissingMedia,
     outcome_columns,
@@ -83,12 +82,7 @@ class MediaStep:
         refs = sorted({m.ref for r in records for m in r.media})
         if self.recipe is None or not refs:
             return
-        options = FetchOptions(
-            concurrency=self.cfg.fetch.fetch_concurrency,
-            http=HttpOptions(per_host=self.cfg.fetch.fetch_per_host),
-            batch_timeout=self.cfg.fetch.fetch_batch_timeout,
-            host_share=self.host_share,
-        )
+        options = FetchKnobs.for_run(self.cfg.fetch, self.host_share)
         context = FetchContext(self.entry.path, self.entry.media_tars, self.cfg.media.media_roots)
         users: dict[str, list[tuple[MediaRef, Record]]] = {}
         for record in wanted:

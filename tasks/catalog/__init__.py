@@ -22,7 +22,7 @@ from .refresh import (
     unpublish_subset,
     write_subsets_row,
 )
-from .release import catalog_release
+from .release_catalog import catalog_release
 from .revision import release_revision
 from .scan import strip_bom
 from .storage_options import parse_storage_options

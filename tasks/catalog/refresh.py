@@ -28,8 +28,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...schemas.config import ExecutionOptions, RunConfig
-from ...schemas.manifests import CATALOG_FIELDS, SUBSETS
+from ...schemas.option_values import comma_list
 from ...schemas.records import SubsetEntry
+from ...schemas.tables import CATALOG_FIELDS, SUBSETS
 from ..manifests import OutputLayout
 from ..storage import atomic_write_bytes
 
@@ -252,7 +253,7 @@ def split_by_license(
 
 def parse_license_allow(values: Iterable[str] | None) -> list[str]:
     """``--license-allow CC-BY-4.0,MIT --license-allow Apache-2.0`` as one list."""
-    return [p.strip() for v in values or () for p in v.split(",") if p.strip()]
+    return list(comma_list(values))
 
 
 def unpublish_subset(layout: OutputLayout, subset: str) -> bool:

@@ -1,20 +1,20 @@
 from __future__ import annotations
 
 from .acquire import FetchStream, read_outcome
+from .archive_members import normalize_member
 from .client import HttpOptions
 from .failures import FetchError
-from .members import normalize_member
-from .options import FetchContext, FetchOptions
+from .options import FetchContext, FetchKnobs
 from .outcomes import FetchOutcome, FetchStats, outcome_columns
 from .ranges import FsRangeSource
-from .release import MediaResolver, MissingMedia
+from .release_media import MediaResolver, MissingMedia
 from .tar_format import iter_tar
 from .zip_format import ZipEntry, ZipIndex, check_zip_entry, plan_ranges, read_zip_group, read_zip_index
 
 __all__ = [
     "FetchContext",
     "FetchError",
-    "FetchOptions",
+    "FetchKnobs",
     "FetchOutcome",
     "FetchStats",
     "FetchStream",

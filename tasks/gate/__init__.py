@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from .check import gate_subset
 from .docs import build_data_docs
+from .gate_report import quality_markdown, quality_rows
 from .params import load_overrides
 from .profiles import ManifestParts, Source, add_shard_views, open_views, shards_profile
-from .report import quality_markdown, quality_rows
 from .results import GateResult, RunQuality, load_run, record_gate, record_run
+from .suite_run import run_suite, shorten
 from .suites import SUITES
-from .validate import run_suite, shorten
 
 __all__ = [
     "GateResult",

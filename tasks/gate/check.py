@@ -20,8 +20,8 @@ from .drift import Baseline, drift_profile, last_published
 from .params import GateOverrides, gate_params, load_overrides
 from .profiles import ManifestParts, Source, media_profile, open_views, samples_profile
 from .results import GateResult
+from .suite_run import run_suite
 from .suites import GATE_SUITES
-from .validate import run_suite
 
 if TYPE_CHECKING:
     from ...schemas.config import RunConfig

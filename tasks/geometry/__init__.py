@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from .families import family_of
-from .families.base import ExpandedText, VideoSpec
+from .families.model_family import ExpandedText, VideoSpec
 from .media_tokens import image_tokens, sample_video_frames, video_tokens
 from .model_geometry import ModelGeometry, geometry_of
 from .preset_loading import load_preset
@@ -13,8 +13,8 @@ __all__ = [
     "ModelGeometry",
     "VideoSpec",
     "family_of",
-    "image_tokens",
     "geometry_of",
+    "image_tokens",
     "load_preset",
     "sample_video_frames",
     "smart_resize",

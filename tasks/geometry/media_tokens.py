@@ -10,7 +10,7 @@ import numpy as np
 
 from ...schemas.presets import ModelPreset
 from .families import family_of
-from .families.base import ImageTokens, VideoTokens
+from .families.model_family import ImageTokens, VideoTokens
 from .frame_sampling import FramesMode, VideoTooShortError, thin_frames
 
 __all__ = ["image_tokens", "image_tokens_batch", "sample_video_frames", "video_tokens"]

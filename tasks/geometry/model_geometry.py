@@ -3,7 +3,7 @@
 Every stage that sizes or counts media asks this object (the media stage for stored image and frame sizes
 and the frames a video gives, the tokens stage for visual tokens, the gate for its pixel checks), so "no
 ``--max-pixels`` given means the preset's" is decided here and nowhere else, and a family says how its
-images are resized (:meth:`~.families.base.ModelFamily.stored_image_size`).
+images are resized (:meth:`~.families.model_family.ModelFamily.stored_image_size`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from functools import lru_cache
 from ...schemas.config import MediaOptions, RunConfig, TokenOptions
 from ...schemas.presets import ModelPreset
 from .families import family_of
-from .families.base import ImageTokens, ModelFamily, VideoTokens
+from .families.model_family import ImageTokens, ModelFamily, VideoTokens
 from .frame_sampling import FramesMode
 from .media_tokens import image_tokens, sample_video_frames, video_tokens
 from .preset_loading import load_preset

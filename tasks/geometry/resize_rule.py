@@ -1,9 +1,9 @@
 """The factor-aligned resize every family's sizes start from.
 
-``smart_resize`` is transformers' Qwen2-VL resize (reference §2.1). It lives here, not in the Qwen family,
-because the pipeline itself stores oversized images of EVERY model at ``smart_resize(h, w, preset.factor,
-...)`` (:func:`pipeline_size`, reference §8.2.3): Qwen's own resize of the stored size is then a no-op, tiled
-and LLaVA models choose their tiles from it.
+``smart_resize`` is transformers' Qwen2-VL resize (docs/visual-tokens.md §2.1). It lives here, not in the
+Qwen family, because the pipeline itself stores oversized images of EVERY model at ``smart_resize(h, w,
+preset.factor, ...)`` (:func:`pipeline_size`, docs/visual-tokens.md §8.2.3): Qwen's own resize of the stored
+size is then a no-op, tiled and LLaVA models choose their tiles from it.
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ def pipeline_size(
     kept.
 
     For Qwen presets the model's own resize of the stored size is then a no-op; for tiled and LLaVA presets
-    the tiles are chosen from this stored size (reference §8.2.3: downscale to <= max_pixels before tiling).
+    the tiles are chosen from this stored size (docs/visual-tokens.md §8.2.3: downscale to <= max_pixels
+    before tiling).
     """
     hi = preset.max_pixels if max_pixels is None else max_pixels
     lo = preset.min_pixels if min_pixels is None else min_pixels

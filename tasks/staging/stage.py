@@ -36,7 +36,7 @@ from ..catalog import release_revision
 from ..errors import ReleaseError
 from ..storage import ContentStore, atomic_write_bytes, is_local, url_to_fs
 from .common import LayoutConfig, Stager, StageStats, isfile
-from .registry import SourceLayout, layout_for
+from .layouts import SourceLayout, layout_for
 
 #: Bump when the staged JSONL of the same source changes (part of the staging stamp).
 STAGING_VERSION: Final = "1"

@@ -1,7 +1,7 @@
 """Exact per-sample token counts for Qwen2-VL / Qwen2.5-VL / Qwen3-VL, InternVL, Nemotron VL and LLaVA-1.5 /
 LLaVA-NeXT training samples, without loading a model.
 
-Formulas: /work/shared/reference/visual-tokens.md (§1 counting rule, §2 Qwen resize / video / timestamps,
+Formulas: docs/visual-tokens.md (§1 counting rule, §2 Qwen resize / video / timestamps,
 §3 tiling, §4 LLaVA anyres, §7 tokenizer). Each model family's formulas live in :mod:`.families`; this module
 is the one entry the pipeline, the CLI and the benchmarks count through, and it never asks which family.
 
@@ -69,7 +69,7 @@ def count_sample_tokens(
     *,
     max_pixels: int | None = None,
 ) -> SampleTokens:
-    """Exact sequence length of one sample (reference §1):
+    """Exact sequence length of one sample (docs/visual-tokens.md §1):
     ``tokens(template) - n_placeholders + sum(pads) + extra text``.
 
     ``image_sizes`` are (height, width) per image part in order, ``videos`` one spec per video part in order.

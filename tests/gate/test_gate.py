@@ -15,8 +15,8 @@ import pyarrow as pa
 import pytest
 
 from vlmforge.schemas.config import RunConfig
-from vlmforge.schemas.manifests import MEDIA, SAMPLES
 from vlmforge.schemas.records import SubsetEntry
+from vlmforge.schemas.tables import MEDIA, SAMPLES
 from vlmforge.tasks.errors import ConfigError
 from vlmforge.tasks.gate.check import gate_subset, run_gate
 from vlmforge.tasks.gate.drift import Baseline
@@ -35,8 +35,8 @@ SAMPLE_RELEASE_OVERRIDES = Path(__file__).resolve().parents[2] / "expectations/s
 
 def build_out(release: Path, out: Path) -> tuple[RunConfig, list[SubsetEntry]]:
     """Manifests of the sample release under ``out``, batch by batch (no Prefect, no Ray)."""
-    from vlmforge.tasks.batch.batch import build_batch
-    from vlmforge.tasks.catalog.release import catalog_release
+    from vlmforge.tasks.batch.build_batch import build_batch
+    from vlmforge.tasks.catalog.release_catalog import catalog_release
 
     cfg = RunConfig(release=str(release), out=str(out), batch_lines=4, max_reject_rate=0.01)
     entries = catalog_release(cfg.source.release, batch_lines=cfg.batches.batch_lines)

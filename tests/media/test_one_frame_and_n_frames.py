@@ -11,9 +11,9 @@ from conftest import make_video
 from PIL import Image
 
 from vlmforge.schemas.config import MediaOptions, RunConfig, TokenOptions
-from vlmforge.schemas.manifests import MEDIA
 from vlmforge.schemas.presets import ModelPreset
 from vlmforge.schemas.rows import MediaRow
+from vlmforge.schemas.tables import MEDIA
 from vlmforge.tasks.batch.normalise import Normaliser
 from vlmforge.tasks.geometry.media_tokens import sample_video_frames, video_tokens
 from vlmforge.tasks.geometry.model_geometry import ModelGeometry, geometry_of

@@ -1,5 +1,5 @@
 """Model presets: every shipped preset loads with the numbers of the reference sheet, and a local model
-folder's own config files override them (/work/shared/reference/visual-tokens.md §2-§4, §8.1)."""
+folder's own config files override them (docs/visual-tokens.md §2-§4, §8.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Golden values of /work/shared/reference/visual-tokens.md §9 (Qwen rows), tokenizer and template checks."""
+"""Golden values of docs/visual-tokens.md §9 (Qwen rows), tokenizer and template checks."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from vlmforge.schemas.presets import ModelPreset, list_presets
-from vlmforge.tasks.geometry.families.base import VideoSpec
+from vlmforge.tasks.geometry.families.model_family import VideoSpec
 from vlmforge.tasks.geometry.families.qwen import IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER
 from vlmforge.tasks.geometry.families.qwen_video import (
     _qvu_smart_resize,

@@ -7,8 +7,8 @@ its test (and schemas/presets.py when it needs new preset fields).
 from __future__ import annotations
 
 from ....schemas.presets import ModelPreset
-from .base import ModelFamily
 from .llava import LlavaFamily
+from .model_family import ModelFamily
 from .qwen import QwenFamily
 from .tiled import TiledFamily
 

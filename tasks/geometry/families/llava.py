@@ -1,5 +1,5 @@
 """LLaVA-1.5 and LLaVA-NeXT (anyres): the ``<image>`` feature count of transformers' ``LlavaNextProcessor``
-(reference §4).
+(docs/visual-tokens.md §4).
 
 LLaVA-1.5 (no pinpoints) gives every image ``(size / patch)^2`` features; LLaVA-NeXT picks the pinpoint
 resolution that keeps the most of the image, counts the unpadded feature grid of its tiles plus one newline
@@ -15,7 +15,7 @@ from typing import Any
 from ....schemas.presets import AnyresSpec, ModelPreset
 from ..model_files import ModelFiles, as_dict
 from ..resize_rule import AspectRatioError, pipeline_size
-from .base import ImageTokens, VideoLayout, check_sampled
+from .model_family import ImageTokens, VideoLayout, check_sampled
 from .wrapped import WrappedFamily
 
 __all__ = ["LlavaFamily", "llava_image_tokens", "select_best_resolution"]

@@ -1,5 +1,5 @@
 """Qwen2-VL, Qwen2.5-VL and Qwen3-VL: one visual token per ``factor x factor`` pixels of the smart_resize
-grid (reference §2).
+grid (docs/visual-tokens.md §2).
 
 Images: ``(H / factor) * (W / factor)`` after :func:`~..resize.smart_resize`. Videos: ``ceil(n /
 temporal_patch) * (H / factor) * (W / factor)`` with the frame size of the preset's sampler
@@ -19,7 +19,15 @@ import numpy as np
 from ....schemas.presets import ModelPreset
 from ..model_files import ModelFiles, as_dict
 from ..resize_rule import smart_resize
-from .base import ExpandedText, ImageTokens, ModelFamily, VideoLayout, VideoSpec, VideoTokens, check_sampled
+from .model_family import (
+    ExpandedText,
+    ImageTokens,
+    ModelFamily,
+    VideoLayout,
+    VideoSpec,
+    VideoTokens,
+    check_sampled,
+)
 from .qwen_video import QWEN_VIDEO_SAMPLERS, group_timestamps, timestamp_text, timestamp_tokens
 
 __all__ = ["IMAGE_PAD", "IMAGE_PLACEHOLDER", "VIDEO_PAD", "VIDEO_PLACEHOLDER", "QwenFamily"]

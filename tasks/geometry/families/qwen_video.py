@@ -1,5 +1,5 @@
 """Qwen video: the two samplers (qwen-vl-utils for Qwen2/2.5-VL, transformers for Qwen3-VL), their frame
-resizes and Qwen3's per-group timestamps (reference §2.3-§2.5).
+resizes and Qwen3's per-group timestamps (docs/visual-tokens.md §2.3-§2.5).
 
 The two samplers differ in every step (how many frames, how they are spaced, whether the pixel budget is
 per frame or over all frames), so each is one :class:`QwenVideoSampler` found by ``preset.video_sampler``.
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from ....schemas.presets import ModelPreset
 from ..frame_sampling import VideoTooShortError, np_linspace_round, torch_linspace_round
 from ..resize_rule import check_aspect, smart_resize
-from .base import DEFAULT_VIDEO_FPS
+from .model_family import DEFAULT_VIDEO_FPS
 
 __all__ = [
     "QWEN_VIDEO_SAMPLERS",

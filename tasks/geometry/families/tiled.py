@@ -1,4 +1,4 @@
-"""InternVL and Nemotron VL: dynamic tiling (reference §3).
+"""InternVL and Nemotron VL: dynamic tiling (docs/visual-tokens.md §3).
 
 An image (at its stored size, :func:`~..resize.pipeline_size`) is resized to the ``cols x rows`` grid of
 ``tile_size`` tiles whose aspect ratio fits it best, plus one thumbnail tile when the grid has more than one;
@@ -17,7 +17,7 @@ from typing import Any
 from ....schemas.presets import ModelPreset, TilingSpec
 from ..model_files import ModelFiles, as_dict
 from ..resize_rule import AspectRatioError, check_aspect, pipeline_size
-from .base import ImageTokens, VideoLayout, check_sampled
+from .model_family import ImageTokens, VideoLayout, check_sampled
 from .wrapped import WrappedFamily
 
 __all__ = ["TiledFamily", "tile_count", "tile_grid"]

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from ....schemas.presets import ModelPreset, TextSpec
 from ..frame_sampling import np_linspace_round
-from .base import DEFAULT_VIDEO_FPS, ExpandedText, ModelFamily, VideoSpec
+from .model_family import DEFAULT_VIDEO_FPS, ExpandedText, ModelFamily, VideoSpec
 
 __all__ = ["WrappedFamily", "placeholder_re"]
 

@@ -12,7 +12,7 @@ import tarfile
 from dataclasses import dataclass
 
 from ...schemas.sample_keys import SPLITS
-from .formats.base import SampleFormat, TarParts
+from .formats.sample_format import SampleFormat, TarParts
 from .samples import MediaPart, ShardSample
 
 __all__ = ["BLOCK", "Prepared", "padded", "prepare_sample", "tar_header"]

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from .client import HttpClient
 from .failures import TIMEOUT, FetchError
-from .options import FetchContext, FetchOptions
+from .options import FetchContext, FetchKnobs
 from .outcomes import FetchOutcome
 from .store_writes import StoreWriter
 
@@ -33,7 +33,7 @@ class BatchRun:
         writer: StoreWriter,
         context: FetchContext,
         client: HttpClient,
-        options: FetchOptions,
+        options: FetchKnobs,
         pool: ThreadPoolExecutor,
         on_ready: Callable[[FetchOutcome], None] | None = None,
     ) -> None:

@@ -42,8 +42,8 @@ from fsspec import AbstractFileSystem
 
 from ..parse import normalize_ref, unsafe_ref_reason
 from ..storage import is_local, url_to_fs
+from .archive_members import normalize_member, tar_member_problem
 from .failures import NOT_FOUND, SOURCE_ERROR, TRUNCATED, UNSAFE_MEMBER
-from .members import normalize_member, tar_member_problem
 from .outcomes import LocalLocation
 from .tar_format import open_tar_stream
 

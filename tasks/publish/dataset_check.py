@@ -22,10 +22,10 @@ import yaml
 from ..errors import OutputError
 from ..manifests import OutputLayout, read_table
 from ..media import frame_part_names
+from .check_report import ValidationReport, listed
 from .listing import MANIFEST_NAME, listing_table, published_subsets, read_manifest, shards_of
 from .metadataset import dataset_splits
 from .readback import validate_energon_dataset
-from .report import ValidationReport, listed
 from .tar import file_sha256
 
 __all__ = ["validate_blend", "validate_output", "validate_subset"]

@@ -18,7 +18,7 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
-from ....schemas.manifests import PLAN
+from ....schemas.tables import PLAN
 from ...errors import ConfigError
 from .balance import BalanceReport, balance_visual, encoder_load_ratio, weighted_ratios
 from .ffd import first_fit_decreasing, pack_stats
