@@ -31,13 +31,14 @@ import re
 import string
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .safe_yaml import load_limited
+from .subset_names import subset_name_problem
 
 BASE_VARIABLES: frozenset[str] = frozenset({"ref", "name", "stem", "ext", "dir"})
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-_SUBSET_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 class UnsetVariable(Exception):
@@ -319,8 +320,9 @@ class Recipe(_Model):
     @field_validator("subset")
     @classmethod
     def _subset(cls, v: str) -> str:
-        if not _SUBSET_RE.match(v):
-            raise ValueError(f"subset {v!r} must be a folder name (letters, digits, _ . -)")
+        problem = subset_name_problem(v)
+        if problem:
+            raise ValueError(problem)
         return v
 
     @property
@@ -353,5 +355,6 @@ def parse_recipe(data: Any) -> Recipe:
 
 
 def parse_recipe_yaml(text: str) -> Recipe:
-    """A Recipe from YAML text; raises yaml.YAMLError or pydantic.ValidationError."""
-    return parse_recipe(yaml.safe_load(text))
+    """A Recipe from YAML text (read with :mod:`.safe_yaml`'s limits); raises yaml.YAMLError or
+    pydantic.ValidationError."""
+    return parse_recipe(load_limited(text))
