@@ -92,6 +92,13 @@ def run(
             "it; each keeps at least 1)"
         ),
     ] = 32,
+    fetch_batch_timeout: Annotated[
+        float, typer.Option(help="seconds one batch may spend fetching; what is unfinished ends as timeout")
+    ] = 3600.0,
+    fetch_request_timeout: Annotated[
+        float,
+        typer.Option(help="seconds one HTTP request may take: connect, headers, redirects and body together"),
+    ] = 300.0,
     trainer: Annotated[
         str | None,
         typer.Option(
@@ -177,6 +184,8 @@ def run(
             catalogs=tuple(recipes or ()),
             fetch_concurrency=fetch_concurrency,
             fetch_per_host=fetch_per_host,
+            fetch_batch_timeout=fetch_batch_timeout,
+            fetch_request_timeout=fetch_request_timeout,
             model=model,
             model_dir=model_dir,
             tokenizer=tokenizer,

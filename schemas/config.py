@@ -81,6 +81,8 @@ class FetchOptions(_Options):
     fetch_per_host: int = Field(default=32, gt=0)
     # Wall-clock bound of one batch's fetches: what is unfinished then ends as `timeout` (retried next run).
     fetch_batch_timeout: float | None = Field(default=3600.0, gt=0)
+    # Wall-clock bound of one HTTP request: connect, status line, headers, redirects and body together.
+    fetch_request_timeout: float = Field(default=300.0, gt=0)
 
 
 class MediaOptions(_Options):

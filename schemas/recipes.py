@@ -94,6 +94,13 @@ def ref_variables(ref: str, match: re.Pattern[str] | None) -> dict[str, str] | N
     return variables
 
 
+# Where an upstream's redirects may lead (tasks/fetch/redirects.py): same_host (default), any_public_host
+# (never to loopback, private or link-local addresses unless the recipe's URL names one), any_host.
+# Whatever the policy, only http(s), never https -> http.
+RedirectPolicy = Literal["same_host", "any_public_host", "any_host"]
+REDIRECTS_FIELD_HELP = "where redirects may lead: same_host (default) | any_public_host | any_host"
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -162,6 +169,7 @@ class HttpFilesSource(_SourceBase):
     kind: Literal["http_files"]
     url: str = Field(description="URL template, e.g. https://host/images/{name}")
     max_concurrency: int | None = Field(default=None, gt=0, description="requests in flight to this host")
+    redirects: RedirectPolicy = Field(default="same_host", description=REDIRECTS_FIELD_HELP)
 
     @model_validator(mode="after")
     def _templates(self) -> HttpFilesSource:
@@ -207,6 +215,7 @@ class ArchiveSource(_SourceBase):
     )
     shards: ShardRange | None = Field(default=None, description="archives named by a {shard} range")
     max_concurrency: int | None = Field(default=None, gt=0)
+    redirects: RedirectPolicy = Field(default="same_host", description=REDIRECTS_FIELD_HELP)
     storage_options: dict[str, Any] = Field(
         default_factory=dict, description="fsspec options for s3:// or hf:// archives (anon, endpoint_url...)"
     )

@@ -79,7 +79,9 @@ class MediaStep:
             return
         options = FetchOptions(
             concurrency=self.cfg.fetch.fetch_concurrency,
-            http=HttpOptions(per_host=self.cfg.fetch.fetch_per_host),
+            http=HttpOptions(
+                per_host=self.cfg.fetch.fetch_per_host, request_timeout=self.cfg.fetch.fetch_request_timeout
+            ),
             batch_timeout=self.cfg.fetch.fetch_batch_timeout,
             host_share=self.host_share,
         )
