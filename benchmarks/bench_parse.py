@@ -39,7 +39,7 @@ import fsspec
 
 from vlmforge.schemas.records import MediaRef, Message, Part, Record, Reject
 from vlmforge.tasks.catalog.scan import scan_subset_jsonl
-from vlmforge.tasks.parse.parse_batch import parse_batch
+from vlmforge.tasks.parse.jsonl_batch import parse_batch
 
 WORDS = (
     "the a chart shows value of total year revenue page table figure document what is in image left right "

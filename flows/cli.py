@@ -133,13 +133,20 @@ def query(
     out: Annotated[str, typer.Argument(help="output folder of a run")],
     sql: Annotated[str, typer.Argument(help="SQL over the views samples, media, subsets, shards")],
     fmt: Annotated[str, typer.Option("--format", help="table | csv | json")] = "table",
+    allow_external_access: Annotated[
+        bool,
+        typer.Option(
+            "--allow-external-access",
+            help="let the SQL read/write other files and URLs and load extensions (default: manifests only)",
+        ),
+    ] = False,
 ) -> None:
     """Run DuckDB SQL over a run's manifests (list and struct columns as JSON in csv and table)."""
     from ..tasks.ops import FORMAT_NAMES, render, run_query, text_rows
 
     if fmt not in FORMAT_NAMES:
         raise ConfigError(f"--format {fmt!r}: expected one of {', '.join(FORMAT_NAMES)}")
-    table = run_query(out, sql)
+    table = run_query(out, sql, allow_external_access=allow_external_access)
     if fmt == "table":
         t = Table()
         for name in table.column_names:

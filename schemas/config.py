@@ -124,7 +124,17 @@ class FetchOptions(_Options):
         "split it; each keeps at least 1)",
     )
     # Wall-clock bound of one batch's fetches: what is unfinished then ends as `timeout` (retried next run).
-    fetch_batch_timeout: float | None = Field(default=3600.0, gt=0)
+    fetch_batch_timeout: float | None = Field(
+        default=3600.0,
+        gt=0,
+        description="seconds one batch may spend fetching; what is unfinished ends as timeout",
+    )
+    # Wall-clock bound of one HTTP request: connect, status line, headers, redirects and body together.
+    fetch_request_timeout: float = Field(
+        default=300.0,
+        gt=0,
+        description="seconds one HTTP request may take: connect, headers, redirects and body together",
+    )
 
 
 class MediaOptions(_Options):

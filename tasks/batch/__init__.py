@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from .build_batch import build_batch
+from .batch_pipeline import build_batch
 from .stats import BatchStats
 
 __all__ = [

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ...schemas.recipes import Recipe, parse_recipe
+from ...schemas.safe_yaml import MAX_BYTES, YamlLimitError, bounded_repr, load_limited
 from ..errors import VlmforgeError
 
 
@@ -29,25 +30,38 @@ def builtin_catalog_dir() -> Path:
 
 
 def load_recipe(path: str | Path) -> Recipe:
-    """Read and validate one recipe file; errors name the file, the field path and the value."""
+    """Read and validate one recipe file; errors name the file, the field path and the value.
+
+    The YAML is read with limits (no aliases, a node budget, depth and size caps: ``schemas/safe_yaml.py``)
+    and every quoted value is cut while it is built, so a hostile recipe is refused in bounded time and
+    memory."""
     import yaml
     from pydantic import ValidationError
 
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        with p.open("rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+        data = load_limited(raw.decode("utf-8"))
     except OSError as exc:
         raise RecipeError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise RecipeError(f"{p}: not UTF-8 text (byte {exc.start})") from None
+    except YamlLimitError as exc:
+        raise RecipeError(f"{p}: refused: {exc}") from None
     except yaml.YAMLError as exc:
-        raise RecipeError(f"{p}: not valid YAML: {exc}") from None
+        raise RecipeError(f"{p}: not valid YAML: {str(exc)[:600]}") from None
     try:
         recipe = parse_recipe(data)
     except ValidationError as exc:
         problems = []
         for e in exc.errors():
             loc = ".".join(str(x) for x in e["loc"])
-            value = repr(e.get("input"))[:80]
-            problems.append(f"{loc or '(top)'}: {e['msg']} (got {value})")
+            value = bounded_repr(e.get("input"), 80)
+            problems.append(f"{loc[:200] or '(top)'}: {bounded_repr(e['msg'], 300)} (got {value})")
+            if len(problems) >= 20:
+                problems.append(f"... and {len(exc.errors()) - 20} more")
+                break
         raise RecipeError(f"{p}: invalid recipe:\n  " + "\n  ".join(problems)) from None
     if recipe.subset != p.stem:
         raise RecipeError(

@@ -21,6 +21,7 @@ from fsspec import AbstractFileSystem
 
 from ...schemas.records import SubsetEntry
 from ...schemas.redact import scrub, secret_values
+from ...schemas.subset_names import normalise_subset_name, subset_name_problem
 from ..errors import ReleaseError
 from ..storage import is_local, url_to_fs
 from .licenses import detect_license
@@ -106,15 +107,34 @@ def _open_release(release: str, options: dict[str, Any]) -> tuple[AbstractFileSy
 
 
 def _wanted_subsets(fs: AbstractFileSystem, root: str, release: str, subsets: Iterable[str]) -> list[str]:
-    available = list_subset_names(fs, root)
-    wanted = list(subsets) or available
-    unknown = sorted(set(wanted) - set(available))
+    """The folders to catalog, by name compared in NFC; refused before any work when a wanted name breaks the
+    subset name rule (publish could not write it) or two folders are one name in two Unicode spellings."""
+    folders: dict[str, list[str]] = {}
+    for name in list_subset_names(fs, root):
+        folders.setdefault(normalise_subset_name(name), []).append(name)
+    available = sorted(folders)
+    wanted = sorted({normalise_subset_name(s) for s in subsets} or available)
+    unknown = [w for w in wanted if w not in folders]
     if unknown:
         raise ReleaseError(
             f"subset(s) {', '.join(unknown)} not found in {release!r}; "
             f"available: {', '.join(available) or '(none: no <name>/<name>.jsonl found)'}"
         )
-    return sorted(set(wanted))
+    problems = []
+    for w in wanted:
+        if len(folders[w]) > 1:
+            spellings = " and ".join(ascii(f) for f in folders[w])
+            problems.append(f"folders {spellings} are one subset name in two Unicode spellings: keep one")
+        problem = subset_name_problem(w)
+        if problem:
+            problems.append(problem)
+    if problems:
+        raise ReleaseError(
+            f"release {release!r}: "
+            + "; ".join(problems)
+            + " (or leave it out: pass --subset for the others)"
+        )
+    return [folders[w][0] for w in wanted]
 
 
 def _subset_entry(

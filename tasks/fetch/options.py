@@ -34,7 +34,7 @@ class FetchKnobs:
         deadline) for one of ``host_share`` batches fetching at once."""
         return cls(
             concurrency=run.fetch_concurrency,
-            http=HttpOptions(per_host=run.fetch_per_host),
+            http=HttpOptions(per_host=run.fetch_per_host, request_timeout=run.fetch_request_timeout),
             batch_timeout=run.fetch_batch_timeout,
             host_share=host_share,
         )

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from .parse_batch import parse_batch
+from .jsonl_batch import parse_batch
 from .refs import normalize_ref, unsafe_ref_reason
 
 __all__ = [

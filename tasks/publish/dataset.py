@@ -26,7 +26,8 @@ import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from ...schemas.sample_keys import KEY_RE, SPLITS
+from ...schemas.sample_keys import SPLITS
+from ...schemas.subset_names import subset_name_problem
 from ..storage import no_space
 from .formats import DEFAULT_FORMAT, get_format
 from .formats.sample_format import SampleFormat
@@ -95,8 +96,9 @@ def write_energon_dataset(
 
 
 def _check_arguments(subset: str, max_bytes: int, max_samples: int) -> None:
-    if not subset or KEY_RE.search(subset):
-        raise ValueError(f"invalid subset name {subset!r}")
+    problem = subset_name_problem(subset)
+    if problem:  # the catalog refuses these before any work; a direct caller gets the same reason
+        raise ValueError(problem)
     if max_samples < 1 or max_bytes < 1:
         raise ValueError("shard_max_samples and shard_max_bytes must be positive")
 

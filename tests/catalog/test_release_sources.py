@@ -12,7 +12,7 @@ import pytest
 from vlmforge.schemas.records import Record, SubsetEntry
 from vlmforge.tasks.catalog.release_catalog import catalog_release
 from vlmforge.tasks.fetch.release_media import MediaResolver
-from vlmforge.tasks.parse.parse_batch import parse_batch
+from vlmforge.tasks.parse.jsonl_batch import parse_batch
 from vlmforge.tasks.storage import url_to_fs
 
 

@@ -20,7 +20,7 @@ from PIL import Image
 from vlmforge.schemas.records import Record, Reject
 from vlmforge.tasks.ops.plan.balance import balance_visual, encoder_load_ratio
 from vlmforge.tasks.ops.plan.ffd import first_fit_decreasing
-from vlmforge.tasks.parse.parse_batch import parse_batch
+from vlmforge.tasks.parse.jsonl_batch import parse_batch
 from vlmforge.tasks.staging.stage import list_configs, stage_source
 from vlmforge.tasks.staging.store_refs import is_store_ref, read_store_ref
 from vlmforge.tasks.storage import ContentStore, sha256_bytes

@@ -35,7 +35,7 @@ SAMPLE_RELEASE_OVERRIDES = Path(__file__).resolve().parents[2] / "expectations/s
 
 def build_out(release: Path, out: Path) -> tuple[RunConfig, list[SubsetEntry]]:
     """Manifests of the sample release under ``out``, batch by batch (no Prefect, no Ray)."""
-    from vlmforge.tasks.batch.build_batch import build_batch
+    from vlmforge.tasks.batch.batch_pipeline import build_batch
     from vlmforge.tasks.catalog.release_catalog import catalog_release
 
     cfg = RunConfig(release=str(release), out=str(out), batch_lines=4, max_reject_rate=0.01)

@@ -58,7 +58,7 @@ LINES = [
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunConfig, SubsetEntry]:
-    from vlmforge.tasks.batch.build_batch import build_batch
+    from vlmforge.tasks.batch.batch_pipeline import build_batch
     from vlmforge.tasks.catalog.release_catalog import catalog_release
 
     root = tmp_path_factory.mktemp("published_only")

@@ -34,7 +34,7 @@ RUN = "20260101T000000-aaaaaa"
 
 
 def _build(release: Path, out: Path, subsets: tuple[str, ...] = ()) -> tuple[RunConfig, list[SubsetEntry]]:
-    from vlmforge.tasks.batch.build_batch import build_batch
+    from vlmforge.tasks.batch.batch_pipeline import build_batch
     from vlmforge.tasks.catalog.release_catalog import catalog_release
     from vlmforge.tasks.manifests import remove_parts_from
 

@@ -39,7 +39,7 @@ from PIL import Image, ImageCms, ImageOps
 
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.records import SubsetEntry
-from vlmforge.tasks.batch.build_batch import build_batch
+from vlmforge.tasks.batch.batch_pipeline import build_batch
 from vlmforge.tasks.gate.check import gate_subset
 from vlmforge.tasks.gate.results import GateResult
 from vlmforge.tasks.manifests import OutputLayout, read_table

@@ -21,7 +21,7 @@ from vlmforge.tasks.ops.stats.svg import svg_histogram
 
 @pytest.fixture(scope="module")
 def out(sample_release: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
-    from vlmforge.tasks.batch.build_batch import build_batch
+    from vlmforge.tasks.batch.batch_pipeline import build_batch
     from vlmforge.tasks.catalog.release_catalog import catalog_release
 
     cfg = RunConfig(release=str(sample_release), out=str(tmp_path_factory.mktemp("stats") / "out"))

@@ -217,7 +217,7 @@ def test_crude_bytes_unchanged(tmp_path: Path) -> None:
 @pytest.fixture(scope="module", params=["frames", "keep"])
 def published(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> RunConfig:
     """The sample release through the stage functions (no Prefect, no Ray), published as ``bridge``."""
-    from vlmforge.tasks.batch.build_batch import build_batch
+    from vlmforge.tasks.batch.batch_pipeline import build_batch
     from vlmforge.tasks.catalog.release_catalog import catalog_release
     from vlmforge.tasks.ops.sample_release.sample_build import build_sample_release
     from vlmforge.tasks.publish.publish import publish_metadataset, publish_subset

@@ -40,7 +40,7 @@ from vlmforge.tasks.fetch.release_media import MediaResolver, MissingMedia
 from vlmforge.tasks.fetch.tar_format import iter_tar
 from vlmforge.tasks.media.image import IMAGE_REASONS, ImageResult, process_image
 from vlmforge.tasks.media.video import VIDEO_REASONS, probe_video
-from vlmforge.tasks.parse.parse_batch import parse_batch, parse_line
+from vlmforge.tasks.parse.jsonl_batch import parse_batch, parse_line
 from vlmforge.tasks.storage import ContentStore
 
 MB = 1024 * 1024

@@ -59,7 +59,7 @@ class Archive:
     def _read_archive(self, source: ArchiveSource, url: str, refs: dict[str, str], run: BatchRun) -> Answers:
         try:
             if source.archive_format(url) == "zip":
-                return fetch_zip_members(run, url, refs, source.storage_options)
+                return fetch_zip_members(run, url, refs, source.storage_options, source.redirects)
             return fetch_tar_members(run, url, refs, source)
         except Exception as exc:  # noqa: BLE001 - the archive as a whole failed (404, not a zip, cut...)
             return dict.fromkeys(refs, classify_fs_error(exc, url))

@@ -18,7 +18,12 @@ class HttpFiles:
 
         def fetch_one(url: str, sink: StoreSink) -> int:
             resp = run.client.get(
-                url, sink=sink, max_bytes=run.options.max_bytes, expect_media=True, deadline=run.deadline
+                url,
+                sink=sink,
+                max_bytes=run.options.max_bytes,
+                expect_media=True,
+                deadline=run.deadline,
+                redirects=source.redirects,
             )
             run.count_bytes(resp.nbytes)
             return resp.attempts
