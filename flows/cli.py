@@ -218,6 +218,11 @@ def run(
 
     for name in ("prefect.flow_runs", "prefect.task_runs"):
         logging.getLogger(name).addFilter(_OwnErrorsWithoutTraceback())
+    from .run_banner import prefect_line, ray_line
+    from .runtime import configured_api_url
+
+    err.print(ray_line(cfg.execution.ray_address, cfg.execution.num_cpus), highlight=False, markup=False)
+    err.print(prefect_line(configured_api_url()), highlight=False, markup=False)
     runner = LoopbackRayTaskRunner(address=cfg.execution.ray_address, num_cpus=cfg.execution.num_cpus)
     # The flow's imports and Ray's start run while the Prefect server boots.
     with embedded_runtime(runner, while_booting=_import_flow), terminal_progress():

@@ -355,6 +355,9 @@ def start_local_ray(num_cpus: int | None = None, attempts: int = 3) -> Path:
                     _without_cluster_monitors(),
                 ):
                     ray.init(
+                        # "local": a Ray of the run's own, never one that ray.init would otherwise find
+                        # (RAY_ADDRESS, or the last `ray start` on the machine via ray_current_cluster)
+                        address="local",
                         _node_ip_address=LOOPBACK,
                         include_dashboard=False,
                         num_cpus=num_cpus or os.cpu_count() or 1,
