@@ -225,10 +225,13 @@ def run(
     err.print(prefect_line(configured_api_url()), highlight=False, markup=False)
     runner = LoopbackRayTaskRunner(address=cfg.execution.ray_address, num_cpus=cfg.execution.num_cpus)
     # The flow's imports and Ray's start run while the Prefect server boots.
-    with embedded_runtime(runner, while_booting=_import_flow), terminal_progress():
+    from .interrupt import cancels_flow_run, stops_cleanly
+
+    with stops_cleanly("run"), embedded_runtime(runner, while_booting=_import_flow), terminal_progress():
         from .pipeline import run_release
 
-        summary = run_release.with_options(task_runner=runner)(cfg)
+        with cancels_flow_run():
+            summary = run_release.with_options(task_runner=runner)(cfg)
     print_summary(summary)
     if summary.failed:
         err.print(f"[red]not published:[/red] {', '.join(summary.failed)} (see the gate column above)")

@@ -218,7 +218,9 @@ def spawn_prefect_server() -> PrefectServer:
     env = os.environ.copy()
     env.pop("PREFECT_API_URL", None)
     with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+        # a process group of its own: the terminal's Ctrl-C reaches the run's driver, which stops the run
+        # and then this server (it used to die first, leaving the run unable to report)
+        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env, process_group=0)
     return PrefectServer(f"http://{LOOPBACK}:{port}/api", proc, log_path)
 
 
