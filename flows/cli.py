@@ -209,10 +209,11 @@ def run(
         accepted_image_formats(cfg.media.extra_image_formats)  # an unknown format name fails here
     except Exception as exc:  # pydantic ValidationError: say which option and why
         raise typer.BadParameter(str(exc)) from None
-    from ..schemas.presets import load_preset
+    from .preflight import preflight_run
     from .runtime import LoopbackRayTaskRunner, embedded_runtime
 
-    load_preset(cfg.tokens.model, cfg.tokens.model_dir)  # an unknown model fails before any service starts
+    # every mistake that can be found before Prefect and Ray start is found here (one line, exit 2)
+    cfg = preflight_run(cfg, say=lambda note: err.print(note, highlight=False, markup=False))
     from .progress import terminal_progress
     from .summary import print_summary
 
@@ -233,6 +234,11 @@ def run(
         with cancels_flow_run():
             summary = run_release.with_options(task_runner=runner)(cfg)
     print_summary(summary)
+    if not summary.subsets:  # a license filter or a remote release that left nothing to do
+        err.print(
+            "[red]error:[/red] the run found 0 subsets (see the catalog line; --subset, --license-allow)"
+        )
+        raise typer.Exit(2)
     if summary.failed:
         err.print(f"[red]not published:[/red] {', '.join(summary.failed)} (see the gate column above)")
     if summary.unreadable:
@@ -330,6 +336,11 @@ def main() -> None:
     except VlmforgeError as exc:
         if os.environ.get("VLMFORGE_DEBUG"):
             raise
+        from .preflight import EXIT_USAGE, UsageError
+
+        if isinstance(exc, UsageError):  # found before start-up: the line says it all
+            err.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
+            sys.exit(EXIT_USAGE)
         err.print(f"[red]error:[/red] {exc}\n(set VLMFORGE_DEBUG=1 for the traceback)", soft_wrap=True)
         sys.exit(2)
 
