@@ -154,6 +154,9 @@ def run(
     ] = 10_000,
     ray_address: Annotated[str | None, typer.Option(help="existing Ray cluster (default: local)")] = None,
     num_cpus: Annotated[int | None, typer.Option(help="CPUs for the local Ray")] = None,
+    wait_lock: Annotated[
+        bool, typer.Option(help="another run holds --out: wait for it to end instead of refusing")
+    ] = False,
 ) -> None:
     """Catalog, parse, verify media, count tokens, gate and write Energon shards."""
     from ..schemas.config import RunConfig
@@ -213,26 +216,27 @@ def run(
     from .runtime import LoopbackRayTaskRunner, embedded_runtime
 
     # every mistake that can be found before Prefect and Ray start is found here (one line, exit 2)
-    cfg = preflight_run(cfg, say=lambda note: err.print(note, highlight=False, markup=False))
+    cfg = preflight_run(cfg, say=_note)
     from .progress import terminal_progress
     from .summary import print_summary
 
     for name in ("prefect.flow_runs", "prefect.task_runs"):
         logging.getLogger(name).addFilter(_OwnErrorsWithoutTraceback())
+    from .interrupt import cancels_flow_run, stops_cleanly
     from .run_banner import prefect_line, ray_line
+    from .run_lock import run_lock
     from .runtime import configured_api_url
 
-    err.print(ray_line(cfg.execution.ray_address, cfg.execution.num_cpus), highlight=False, markup=False)
-    err.print(prefect_line(configured_api_url()), highlight=False, markup=False)
     runner = LoopbackRayTaskRunner(address=cfg.execution.ray_address, num_cpus=cfg.execution.num_cpus)
-    # The flow's imports and Ray's start run while the Prefect server boots.
-    from .interrupt import cancels_flow_run, stops_cleanly
+    with stops_cleanly("run"), run_lock(cfg.out, wait=wait_lock, say=_note):
+        _note(ray_line(cfg.execution.ray_address, cfg.execution.num_cpus))
+        _note(prefect_line(configured_api_url()))
+        # The flow's imports and Ray's start run while the Prefect server boots.
+        with embedded_runtime(runner, while_booting=_import_flow), terminal_progress():
+            from .pipeline import run_release
 
-    with stops_cleanly("run"), embedded_runtime(runner, while_booting=_import_flow), terminal_progress():
-        from .pipeline import run_release
-
-        with cancels_flow_run():
-            summary = run_release.with_options(task_runner=runner)(cfg)
+            with cancels_flow_run():
+                summary = run_release.with_options(task_runner=runner)(cfg)
     print_summary(summary)
     if not summary.subsets:  # a license filter or a remote release that left nothing to do
         err.print(
@@ -248,6 +252,11 @@ def run(
         )
     if summary.failed or summary.unreadable:
         raise typer.Exit(1)
+
+
+def _note(line: str) -> None:
+    """A line of the run's own on stderr, as written (paths and URLs are not rich markup)."""
+    err.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def _import_flow() -> None:

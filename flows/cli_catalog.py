@@ -198,10 +198,11 @@ def _apply(
     from ..tasks.catalog.storage_options import parse_storage_options
     from .interrupt import cancels_flow_run, stops_cleanly
     from .ops import refresh_release
+    from .run_lock import run_lock
     from .runtime import embedded_runtime
 
     options = parse_storage_options(storage_option)
-    with stops_cleanly("refresh"), embedded_runtime(), cancels_flow_run():
+    with stops_cleanly("refresh"), run_lock(out), embedded_runtime(), cancels_flow_run():
         result = refresh_release(
             release,
             out,

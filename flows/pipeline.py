@@ -42,6 +42,7 @@ from ..tasks.publish.publish import publish_metadataset
 from ..tasks.publish.splits import metadataset_val_problem, val_split_note
 from ..tasks.storage import ContentStore, OutputFullError, atomic_write_bytes
 from . import progress
+from .run_names import run_name
 from .runtime import LoopbackRayTaskRunner, hand_back_freed_memory
 from .schedule import GATE, PUBLISH, VALIDATE, StageSpans, SubsetSchedule
 from .stage_tasks import build_batch_task, gate_task, publish_task, quality_docs_task, validate_task
@@ -140,7 +141,7 @@ def _with_recipe_fingerprint(entry: SubsetEntry, cfg: RunConfig) -> SubsetEntry:
 
 @flow(
     name="vlmforge-run",
-    flow_run_name="run {cfg.source.release}",
+    flow_run_name=run_name,  # release and output folder
     task_runner=LoopbackRayTaskRunner(),
     log_prints=True,
 )

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from vlmforge.flows.run_names import name_of
 from vlmforge.flows.runtime import QUIET_ENV, _free_port
 
 pytestmark = pytest.mark.slow
@@ -158,7 +159,7 @@ def test_deployments_register_and_run_through_a_worker(
 
         run = _final(client, run_id)
         assert run.state.is_completed(), f"{run.state}\n{run_log[-3000:]}"
-        assert run.name == f"run {sample_release}"
+        assert run.name == name_of(str(sample_release), str(out))  # release and output folder
         tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))
         names = {t.name for t in tasks}
         assert any(re.fullmatch(r"build photo_vqa batch \d+/\d+", n) for n in names), names
