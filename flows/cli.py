@@ -237,6 +237,9 @@ def run(
 
             with cancels_flow_run():
                 summary = run_release.with_options(task_runner=runner)(cfg)
+    from .progress_view import process_seconds
+
+    summary.seconds = process_seconds()  # what the user waited, start-up included
     print_summary(summary)
     if not summary.subsets:  # a license filter or a remote release that left nothing to do
         err.print(
@@ -293,7 +296,9 @@ class _OwnErrorsWithoutTraceback(logging.Filter):
 @app.command()
 def query(
     out: Annotated[str, typer.Argument(help="output folder of a run")],
-    sql: Annotated[str, typer.Argument(help="SQL over the views samples, media, subsets, shards")],
+    sql: Annotated[
+        str, typer.Argument(help="SQL over the views samples, media, subsets, shards, plan, runs")
+    ],
     fmt: Annotated[str, typer.Option("--format", help="table | csv | json")] = "table",
 ) -> None:
     """Run DuckDB SQL over a run's manifests (list and struct columns as JSON in csv and table)."""

@@ -16,6 +16,7 @@ import fcntl
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 import termios
@@ -120,6 +121,7 @@ def test_ctrl_c_cancels_the_run_and_the_next_run_resumes(
     stopped = [line for line in text.splitlines() if line.startswith("stopped (Ctrl-C)")]
     assert len(stopped) == 1, text[-4000:]
     assert "resume with: vlmforge run" in stopped[0] and "--batch-lines 2" in stopped[0]
+    assert re.search(r"batches \d+/\d+ · [\d.,]+ rows/s · [\d.,]+ images/s · ETA", text), text[-4000:]  # live
     for noise in ("Traceback", "Error logging to API", "Connection refused", "Crash detected"):
         assert noise not in text, f"{noise!r} in:\n{text[-4000:]}"
 
