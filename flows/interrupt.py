@@ -66,7 +66,7 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
             os._exit(128 + signum)
         return
     _state.signum = signum
-    _state.flow_run_ids = _current_flow_runs()
+    _state.flow_run_ids = _current_flow_runs() or _state.flow_run_ids
     raise RunInterrupted(signum)
 
 
@@ -83,8 +83,40 @@ def _current_flow_runs() -> list[str]:
 
 
 class _Silenced(logging.Filter):
+    """Prefect's own report of the interruption: after our handler ran, or when Prefect's SIGTERM handler
+    ran before it (during a flow Prefect raises its own TerminationSignal first)."""
+
     def filter(self, record: logging.LogRecord) -> bool:
-        return _state.signum is None
+        if _state.signum is not None:
+            return False
+        text = record.getMessage()
+        return "termination signal" not in text and "KeyboardInterrupt" not in text
+
+
+def note_flow_run(flow_run_id: str | None) -> None:
+    """The flow run this process runs (named by ``flows.run_names``, inside the run): the one to cancel
+    when a signal lands where no flow run context is visible."""
+    if flow_run_id:
+        _state.flow_run_ids = [flow_run_id]
+
+
+def _arm() -> None:
+    for s in SIGNALS:
+        signal.signal(s, _on_signal)
+
+
+def _interruption(exc: BaseException) -> int | None:
+    """The signal behind ``exc`` when it is an interruption: ours (:class:`RunInterrupted`), Prefect's
+    ``TerminationSignal`` (its SIGTERM handler, during a flow) or Ray's driver handler (``sys.exit(15)``)."""
+    from prefect.exceptions import TerminationSignal
+
+    if isinstance(exc, KeyboardInterrupt):
+        return _state.signum or getattr(exc, "signum", None) or int(signal.SIGINT)
+    if isinstance(exc, TerminationSignal):
+        return int(exc.signal)
+    if isinstance(exc, SystemExit) and exc.code == signal.SIGTERM:
+        return int(signal.SIGTERM)
+    return None
 
 
 @contextlib.contextmanager
@@ -92,15 +124,16 @@ def stops_cleanly(what: str = "run") -> Iterator[None]:
     """Guard a command: SIGINT/SIGTERM raise :class:`RunInterrupted`; leaving the block that way prints
     one line (what stopped, how to resume) and exits ``128 + signal``."""
     previous = {s: signal.getsignal(s) for s in SIGNALS}
-    for s in SIGNALS:
-        signal.signal(s, _on_signal)
+    _arm()
     silenced = _Silenced()
     for name in PREFECT_RUN_LOGGERS:
         logging.getLogger(name).addFilter(silenced)
     try:
         yield
-    except KeyboardInterrupt as exc:  # ours, or one Python raised before the handler was installed
-        signum = _state.signum or getattr(exc, "signum", signal.SIGINT)
+    except BaseException as exc:
+        signum = _interruption(exc)
+        if signum is None:
+            raise
         _state.signum = signum
         sys.stderr.write("\n" + stopped_line(what, signum) + "\n")
         sys.stderr.flush()
@@ -127,12 +160,13 @@ def cancels_flow_run() -> Iterator[None]:
     """Inside the Prefect API's lifetime: when the block is interrupted, mark the flow run the signal
     landed in, its parent flow runs and their unfinished task runs Cancelled, then let the interruption go
     on."""
+    _arm()  # again: Ray's start installed a SIGTERM handler of its own (sys.exit) for its driver
     try:
         yield
     except BaseException as exc:
-        from prefect.exceptions import TerminationSignal
-
-        if isinstance(exc, KeyboardInterrupt | TerminationSignal) and _state.flow_run_ids:
+        signum = _interruption(exc)
+        if signum is not None and _state.flow_run_ids:
+            _state.signum = _state.signum or signum
             with contextlib.suppress(Exception):  # the API gone as well: the state is lost, not the exit
                 mark_cancelled(_state.flow_run_ids[0])
         raise

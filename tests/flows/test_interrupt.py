@@ -5,8 +5,9 @@ At the run's first committed batch (its stage event ``batches:1``, reported thro
 of ``flows/faults.py``), the test types Ctrl-C (``\\x03`` on the terminal: the kernel sends SIGINT to the
 terminal's foreground process group, the run and every process it started in its group). The run must end
 with exit 130, one line that says how to resume and no traceback, its flow run Cancelled in the session's
-real Prefect server; the same command then resumes (the batches committed before the interrupt are kept,
-not redone) and publishes.
+real Prefect server. SIGTERM (as ``kill`` or a supervisor sends it; during a flow Prefect's and Ray's own
+SIGTERM handlers see it first) does the same with exit 143. After Ctrl-C the same command resumes: the
+batches committed before the interrupt are kept, not redone, and it publishes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import os
 import pty
 import re
+import signal
 import subprocess
 import sys
 import termios
@@ -66,8 +68,9 @@ def _committed_parts(out: Path) -> dict[str, int]:
     }
 
 
+@pytest.mark.parametrize("how", ["Ctrl-C", "SIGTERM"])
 def test_ctrl_c_cancels_the_run_and_the_next_run_resumes(
-    prefect_harness: None, sample_release: Path, tmp_path: Path
+    how: str, prefect_harness: None, sample_release: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "vlmforge.flows.cli", "run", str(sample_release), "--out", str(out)]
@@ -75,11 +78,15 @@ def test_ctrl_c_cancels_the_run_and_the_next_run_resumes(
     env = os.environ.copy() | {"PREFECT_API_URL": str(configured_api_url()), "PYTHONUNBUFFERED": "1"}
     master, slave = pty.openpty()
     typed = threading.Event()
+    running: list[subprocess.Popen[bytes]] = []
 
     def ctrl_c(event: str) -> None:  # the run is paused at its first committed batch
         if event == "batches:1" and not typed.is_set():
             typed.set()
-            os.write(master, b"\x03")
+            if how == "Ctrl-C":
+                os.write(master, b"\x03")  # the terminal signals its foreground group
+            else:
+                os.kill(running[0].pid, signal.SIGTERM)  # what a supervisor or `kill` sends
 
     screen = bytearray()
 
@@ -104,6 +111,7 @@ def test_ctrl_c_cancels_the_run_and_the_next_run_resumes(
             start_new_session=True,
             preexec_fn=_take_terminal,
         )
+        running.append(proc)
         os.close(slave)
         reader = threading.Thread(target=read_screen, daemon=True)
         reader.start()
@@ -117,8 +125,8 @@ def test_ctrl_c_cancels_the_run_and_the_next_run_resumes(
     text = screen.decode(errors="replace")
     assert typed.is_set(), f"the run never committed a batch:\n{text[-4000:]}"
     assert events.errors == []
-    assert rc == 130, f"exit {rc}:\n{text[-4000:]}"
-    stopped = [line for line in text.splitlines() if line.startswith("stopped (Ctrl-C)")]
+    assert rc == (130 if how == "Ctrl-C" else 143), f"exit {rc}:\n{text[-4000:]}"
+    stopped = [line for line in text.splitlines() if line.startswith(f"stopped ({how})")]
     assert len(stopped) == 1, text[-4000:]
     assert "resume with: vlmforge run" in stopped[0] and "--batch-lines 2" in stopped[0]
     assert re.search(r"batches \d+/\d+ · [\d.,]+ rows/s · [\d.,]+ images/s · ETA", text), text[-4000:]  # live
@@ -130,6 +138,8 @@ def test_ctrl_c_cancels_the_run_and_the_next_run_resumes(
     assert runs[0]["state_type"] == "CANCELLED", runs[0]["state"]
     kept = _committed_parts(out)
     assert kept, "the interrupted run committed nothing"
+    if how == "SIGTERM":
+        return  # the rerun resumes the same way (Ctrl-C's case below)
 
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     log = again.stdout + again.stderr
