@@ -58,6 +58,13 @@ def run(
             rich_help_panel="Model and knobs",
         ),
     ] = None,
+    wait_lock: Annotated[
+        bool,
+        typer.Option(
+            help="another run holds --out: wait for it to end instead of refusing",
+            rich_help_panel="Execution",
+        ),
+    ] = False,
     **options: Any,
 ) -> None:
     """Catalog, parse, verify media, count tokens, gate and write Energon shards."""
@@ -70,22 +77,40 @@ def run(
         accepted_image_formats(cfg.media.extra_image_formats)  # an unknown format name fails here
     except Exception as exc:  # pydantic ValidationError: say which option and why
         raise typer.BadParameter(str(exc)) from None
-    from ..tasks.geometry import load_preset
+    from .preflight import preflight_run
     from .runtime import LoopbackRayTaskRunner, embedded_runtime
 
-    load_preset(cfg.tokens.model, cfg.tokens.model_dir)  # an unknown model fails before any service starts
+    # every mistake that can be found before Prefect and Ray start is found here (one line, exit 2)
+    cfg = preflight_run(cfg, say=_note)
     from .progress import terminal_progress
     from .summary import print_summary
 
     for name in ("prefect.flow_runs", "prefect.task_runs"):
         logging.getLogger(name).addFilter(_OwnErrorsWithoutTraceback())
-    runner = LoopbackRayTaskRunner(address=cfg.execution.ray_address, num_cpus=cfg.execution.num_cpus)
-    # The flow's imports and Ray's start run while the Prefect server boots.
-    with embedded_runtime(runner, while_booting=_import_flow), terminal_progress():
-        from .pipeline import run_release
+    from .interrupt import cancels_flow_run, stops_cleanly
+    from .run_banner import prefect_line, ray_line
+    from .run_lock import run_lock
+    from .runtime import configured_api_url
 
-        summary = run_release.with_options(task_runner=runner)(cfg)
+    runner = LoopbackRayTaskRunner(address=cfg.execution.ray_address, num_cpus=cfg.execution.num_cpus)
+    with stops_cleanly("run"), run_lock(cfg.out, wait=wait_lock, say=_note):
+        _note(ray_line(cfg.execution.ray_address, cfg.execution.num_cpus))
+        _note(prefect_line(configured_api_url()))
+        # The flow's imports and Ray's start run while the Prefect server boots.
+        with embedded_runtime(runner, while_booting=_import_flow), terminal_progress():
+            from .pipeline import run_release
+
+            with cancels_flow_run():
+                summary = run_release.with_options(task_runner=runner)(cfg)
+    from .progress_view import process_seconds
+
+    summary.seconds = process_seconds()  # what the user waited, start-up included
     print_summary(summary)
+    if not summary.subsets:  # a license filter or a remote release that left nothing to do
+        err.print(
+            "[red]error:[/red] the run found 0 subsets (see the catalog line; --subset, --license-allow)"
+        )
+        raise typer.Exit(2)
     if summary.failed:
         err.print(f"[red]not published:[/red] {', '.join(summary.failed)} (see the gate column above)")
     if summary.unreadable:
@@ -95,6 +120,11 @@ def run(
         )
     if summary.failed or summary.unreadable:
         raise typer.Exit(1)
+
+
+def _note(line: str) -> None:
+    """A line of the run's own on stderr, as written (paths and URLs are not rich markup)."""
+    err.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def _import_flow() -> None:
@@ -131,7 +161,9 @@ class _OwnErrorsWithoutTraceback(logging.Filter):
 @app.command()
 def query(
     out: Annotated[str, typer.Argument(help="output folder of a run")],
-    sql: Annotated[str, typer.Argument(help="SQL over the views samples, media, subsets, shards")],
+    sql: Annotated[
+        str, typer.Argument(help="SQL over the views samples, media, subsets, shards, plan, runs")
+    ],
     fmt: Annotated[str, typer.Option("--format", help="table | csv | json")] = "table",
     allow_external_access: Annotated[
         bool,
@@ -175,9 +207,9 @@ def sample_release(
 
 def _register_commands() -> None:
     # One module per command family keeps this file about `run`; each adds its commands to `app`.
-    from . import cli_catalog, cli_energon, cli_quality, cli_recipe, cli_server, cli_tokens
+    from . import cli_catalog, cli_energon, cli_quality, cli_recipe, cli_server, cli_tokens, cli_worker
 
-    for module in (cli_catalog, cli_recipe, cli_tokens, cli_energon, cli_quality, cli_server):
+    for module in (cli_catalog, cli_recipe, cli_tokens, cli_energon, cli_quality, cli_server, cli_worker):
         module.register(app)
 
 
@@ -190,6 +222,11 @@ def main() -> None:
     except VlmforgeError as exc:
         if os.environ.get("VLMFORGE_DEBUG"):
             raise
+        from .preflight import EXIT_USAGE, UsageError
+
+        if isinstance(exc, UsageError):  # found before start-up: the line says it all
+            err.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
+            sys.exit(EXIT_USAGE)
         err.print(f"[red]error:[/red] {exc}\n(set VLMFORGE_DEBUG=1 for the traceback)", soft_wrap=True)
         sys.exit(2)
 

@@ -194,11 +194,13 @@ def _apply(
     """Run the ``refresh_release`` flow: catalog, plan, unpublish, rerun the changed subsets, metadataset."""
     from ..schemas.config import StorageOptions
     from ..tasks.catalog import parse_storage_options
+    from .interrupt import cancels_flow_run, stops_cleanly
     from .ops import refresh_release
+    from .run_lock import run_lock
     from .runtime import embedded_runtime
 
     options = parse_storage_options(storage_option)
-    with embedded_runtime():
+    with stops_cleanly("refresh"), run_lock(out), embedded_runtime(), cancels_flow_run():
         result = refresh_release(
             release,
             out,

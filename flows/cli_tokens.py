@@ -255,8 +255,10 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(
                 "give at least one --image WIDTHxHEIGHT or --video WIDTHxHEIGHT:FRAMES@FPS"
             )
+        from .preflight import resolve_model
+
         try:
-            preset = load_preset(model, model_dir)
+            preset = load_preset(resolve_model(model), model_dir)  # hub names map to presets too
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
         try:

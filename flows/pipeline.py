@@ -36,6 +36,7 @@ from ..tasks.publish import ShardsGateFailed, metadataset_val_problem, publish_m
 from ..tasks.staging import as_released, stage_run_source
 from ..tasks.storage import ContentStore, OutputFullError, atomic_write_bytes
 from . import progress
+from .run_names import run_name
 from .runtime import LoopbackRayTaskRunner, hand_back_freed_memory
 from .schedule import GATE, PUBLISH, VALIDATE, StageSpans, SubsetSchedule
 from .stage_tasks import build_batch_task, gate_task, publish_task, quality_docs_task, validate_task
@@ -86,7 +87,7 @@ def _catalog(cfg: RunConfig) -> list[SubsetEntry]:
 
 @flow(
     name="vlmforge-run",
-    flow_run_name="run {cfg.source.release}",
+    flow_run_name=run_name,  # release and output folder
     task_runner=LoopbackRayTaskRunner(),
     log_prints=True,
 )
@@ -206,12 +207,14 @@ def _work_stage(run: _Run, cfg: RunConfig, entries: list[SubsetEntry], summary: 
     clock = StageSpans()
     pending: dict[PrefectFuture[Any], _Pending] = {}
     in_flight = [0]  # batches submitted and not yet finished
+    progress.subsets((e.subset, len(e.batch_offsets) - 1, e.rows) for e in entries)
     progress.stage("batches", len(work))
     todo = iter(work)
 
     def submit(kind: str, e: SubsetEntry) -> None:
         if clock.started(kind) and kind != "batches":
             progress.stage(kind, len(entries))
+        progress.subset_stage(e.subset, kind)
         start: dict[str, Callable[[], PrefectFuture[Any]]] = {
             GATE: lambda: gate_task.submit(cfg, e, run.run_id),
             PUBLISH: lambda: publish_task.submit(cfg, e.subset, run.run_id),
@@ -267,6 +270,8 @@ def _batch_finished(
             raise
         res = f"batch failed: {type(exc).__name__}: {exc}"
     clock.finished("batches", res.lines if isinstance(res, BatchStats) else 0)
+    done = res if isinstance(res, BatchStats) else BatchStats()
+    progress.batch_finished(p.entry.subset, done.lines, done.images, done.skipped_batches > 0)
     if not schedule.batch_done(p.entry.subset, res):
         return None
     return _batches_done(run, schedule, p.outcome, p.entry.subset, cfg)
@@ -301,7 +306,7 @@ def _gate_finished(
         o.gate = f"not run ({type(exc).__name__}: {exc})"
         return schedule.gate_done(o.subset, passed=False)
     finally:
-        progress.advance(GATE)
+        progress.advance(GATE, subset=o.subset)
     o.gate = gate.summary()
     if not gate.passed:
         run.logger.warning("gate failed for %s: %s", o.subset, o.gate)
@@ -322,7 +327,7 @@ def _publish_finished(schedule: SubsetSchedule, fut: Any, p: _Pending, clock: St
     else:
         o.published, o.shards = True, pub.shards
     finally:
-        progress.advance(PUBLISH)
+        progress.advance(PUBLISH, subset=o.subset)
     clock.finished(PUBLISH, int(o.published))
     return schedule.publish_done(o.subset, published=o.published)
 
@@ -334,7 +339,7 @@ def _validate_finished(run: _Run, schedule: SubsetSchedule, fut: Any, p: _Pendin
         o.validation = fut.result()
     except Exception as exc:  # noqa: BLE001
         o.validation = f"failed: {type(exc).__name__}: {exc}"
-    progress.advance(VALIDATE)
+    progress.advance(VALIDATE, subset=o.subset)
     clock.finished(VALIDATE)
     schedule.validate_done(o.subset)
     if o.validation != "ok":

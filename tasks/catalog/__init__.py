@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from .recipe_files import builtin_catalog_dir, check_ready, find_recipe, load_recipe
+from .recipe_files import RecipeError, builtin_catalog_dir, check_ready, find_recipe, load_recipe
 from .recipe_fingerprints import (
     recipe_fingerprint,
     recipe_fingerprints_from_dir,
@@ -22,12 +22,13 @@ from .refresh import (
     unpublish_subset,
     write_subsets_row,
 )
-from .release_catalog import catalog_release
+from .release_catalog import catalog_release, list_subset_names
 from .revision import release_revision
 from .scan import strip_bom
 from .storage_options import parse_storage_options
 
 __all__ = [
+    "RecipeError",
     "RefreshPlan",
     "SubsetChange",
     "builtin_catalog_dir",
@@ -37,6 +38,7 @@ __all__ = [
     "draft_recipe",
     "find_recipe",
     "last_run_options",
+    "list_subset_names",
     "load_recipe",
     "parse_license_allow",
     "parse_storage_options",
