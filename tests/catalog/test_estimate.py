@@ -259,3 +259,27 @@ def test_cli_prints_the_table_and_json(world: dict[str, Any]) -> None:
     lines = res.output.splitlines()
     assert max(len(line) for line in lines) <= 80
     assert any(line.strip().startswith("total") for line in lines) and "vs actual" in res.output
+
+
+def test_the_estimate_flow_publishes_its_table_as_an_artifact(world: dict[str, Any]) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from vlmforge.flows.estimate_flow import estimate_flow
+
+    w = world["world"]
+    got = estimate_flow(
+        str(w.release),
+        out=str(w.out),
+        recipes=[str(w.recipes)],
+        knobs={"max_pixels": MAX_PIXELS},
+        decode_sample=0,
+        probe_sample=PROBE,
+    )
+    assert got["total"]["objects"] == world["blind"][TOTAL].objects and got["versus_actual"]
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["vlmforge-estimate"]))
+        )
+    page = str(max(found, key=lambda a: a.created or 0).data)
+    assert "| **total** |" in page and "## Estimate vs actual" in page and "| http_b |" in page
