@@ -1,5 +1,5 @@
 """``vlmforge catalog --estimate``: the options that say which run is being estimated, and the printing.
-The work is :func:`~vlmforge.tasks.catalog.estimate.release_estimate.estimate_release`."""
+The work is :func:`~vlmforge.tasks.ops.estimate.estimate_release`."""
 
 from __future__ import annotations
 
@@ -42,10 +42,8 @@ def run_estimate(
 ) -> Any:
     """Build the run's config from flat ``options``, estimate, and return the estimate and the comparison."""
     from ..schemas.config import RunConfig
-    from ..tasks.catalog.estimate.hours import parse_bandwidth
-    from ..tasks.catalog.estimate.release_estimate import EstimateOptions, estimate_release
-    from ..tasks.catalog.estimate.versus import versus_actual
     from ..tasks.errors import ConfigError
+    from ..tasks.ops.estimate import EstimateOptions, estimate_release, parse_bandwidth, versus_actual
 
     try:
         rate = parse_bandwidth(bandwidth)
@@ -75,8 +73,8 @@ def run_estimate(
 
 
 def print_estimate(release: str, estimate: Any, versus: list[Any], as_json: bool) -> None:
-    from ..tasks.catalog.estimate.estimate_report import as_json as to_json
-    from ..tasks.catalog.estimate.estimate_report import estimate_table, footnotes, versus_table
+    from ..tasks.ops.estimate import as_json as to_json
+    from ..tasks.ops.estimate import estimate_table, footnotes, versus_table
 
     if as_json:
         typer.echo(json.dumps(to_json(estimate.rows, versus), indent=1))

@@ -33,10 +33,14 @@ def estimate_flow(
 ) -> dict[str, Any]:
     """Estimate ``release`` for a run with ``trainer``'s knobs (``knobs``, by their flat option names such as
     ``max_pixels``, win over the trainer's)."""
-    from ..tasks.catalog.estimate.estimate_report import as_json, as_markdown
-    from ..tasks.catalog.estimate.hours import parse_bandwidth
-    from ..tasks.catalog.estimate.release_estimate import EstimateOptions, estimate_release
-    from ..tasks.catalog.estimate.versus import versus_actual
+    from ..tasks.ops.estimate import (
+        EstimateOptions,
+        as_json,
+        as_markdown,
+        estimate_release,
+        parse_bandwidth,
+        versus_actual,
+    )
 
     preset = dict(TRAINERS[trainer]) if trainer else {}
     fields = set(RunConfig.model_fields["tokens"].annotation.model_fields)  # type: ignore[union-attr]

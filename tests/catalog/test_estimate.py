@@ -21,8 +21,8 @@ from PIL import Image
 
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.estimate_rows import TOTAL, EstimateRow
-from vlmforge.tasks.catalog.estimate.release_estimate import EstimateOptions, estimate_release
-from vlmforge.tasks.catalog.estimate.versus import actual_figures, versus_actual
+from vlmforge.tasks.ops.estimate.release_estimate import EstimateOptions, estimate_release
+from vlmforge.tasks.ops.estimate.versus import actual_figures, versus_actual
 from vlmforge.tasks.ops.query import run_query
 
 pytestmark = pytest.mark.slow
@@ -215,6 +215,7 @@ def test_disk_is_within_ten_percent_of_the_store_and_shards(world: dict[str, Any
 def test_after_the_run_the_report_sets_the_estimate_beside_the_run(world: dict[str, Any]) -> None:
     out = str(world["world"].out)
     versus = {v.subset: v.as_dict() for v in versus_actual(out)}
+    print(json.dumps(versus, indent=1))  # the figures behind the "Done when" (pytest -rP shows them)
     assert versus[TOTAL]["estimate_id"] == world["before"][TOTAL].estimate_id
     assert versus["zipped"]["objects"] == versus["zipped"]["actual_objects"] == ZIP_USED
     assert versus["bucket"]["bytes_error"] == 0.0

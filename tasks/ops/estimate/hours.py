@@ -50,7 +50,7 @@ class Hours:
 def measured_rates(out: str) -> Rates | None:
     """The per-core rates of the latest run in ``out`` (its ``runs`` table), or None. The batch stages' times
     are summed over the batches (each batch runs on one core), so seconds / items is per core."""
-    from ...ops.query import connect
+    from ..query import connect
 
     try:
         con = connect(out)

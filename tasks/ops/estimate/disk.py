@@ -80,7 +80,7 @@ def previous_ratios(out: str, cfg: RunConfig) -> dict[str, DiskRatios]:
         return {}
     if any(getattr(getattr(config, a), b) != getattr(getattr(cfg, a), b) for a, b in RATIO_SETTINGS):
         return {}
-    from ...ops.query import connect
+    from ..query import connect
 
     con = connect(out)
     try:

@@ -19,11 +19,11 @@ from dataclasses import asdict, dataclass, field
 from ....schemas.config import RunConfig
 from ....schemas.estimate_rows import ESTIMATES, EstimateRow
 from ....schemas.recipes import Recipe
+from ...catalog.release import catalog_release
 from ...fetch.client import HttpClient, HttpOptions
 from ...fetch.recipe_files import check_ready, find_recipe
 from ...manifests import OutputLayout
 from ...storage import ContentStore, atomic_write_bytes
-from ..release import catalog_release
 from .disk import DEFAULT, DiskRatios, previous_ratios, sampled_ratios
 from .hours import Rates, measured_rates
 from .references import subset_references

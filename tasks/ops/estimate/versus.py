@@ -68,7 +68,7 @@ SELECT count(*), coalesce(sum(bytes), 0) FROM (
 
 def actual_figures(out: str, store: str | None = None) -> dict[str, Actual]:
     """Per subset and ``_total``, what the runs in ``out`` took ({} before any run)."""
-    from ...ops.query import connect
+    from ..query import connect
 
     layout = OutputLayout(out)
     if not layout.fs.isdir(f"{layout.manifests}/media"):
@@ -104,7 +104,7 @@ def store_size(store: str) -> int | None:
 
 def estimate_before_run(out: str) -> list[dict[str, Any]]:
     """The rows of the last estimate made before the latest run in ``out`` ([] when there is none)."""
-    from ...ops.query import connect
+    from ..query import connect
 
     layout = OutputLayout(out)
     if not layout.fs.isdir(f"{layout.manifests}/estimates") or not layout.fs.isdir(
