@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ..schemas.tables import TABLES
 from ..tasks.errors import ConfigError, VlmforgeError
 from .cli_options import config_options, with_config_options
 from .runtime import apply_quiet_env
@@ -161,9 +162,7 @@ class _OwnErrorsWithoutTraceback(logging.Filter):
 @app.command()
 def query(
     out: Annotated[str, typer.Argument(help="output folder of a run")],
-    sql: Annotated[
-        str, typer.Argument(help="SQL over the views samples, media, subsets, shards, plan, runs")
-    ],
+    sql: Annotated[str, typer.Argument(help=f"SQL over the views {', '.join(TABLES)}")],
     fmt: Annotated[str, typer.Option("--format", help="table | csv | json")] = "table",
     allow_external_access: Annotated[
         bool,
