@@ -120,6 +120,9 @@ class TokenOptions(_Options):
     max_visual_tokens: int | None = Field(default=None, gt=0)
     seq_len: int | None = Field(default=None, gt=0)
     seq_len_mode: Literal["drop", "truncate"] = "drop"  # truncate: cut text after the last visual token
+    # what the trainer's batch path feeds the model: the processor on the stored pixels, or Megatron-Bridge's
+    # Qwen-VL collate (qwen-vl-utils first, then the processor; tasks/tokens/feed_paths.py)
+    feed_path: Literal["processor", "bridge_collate"] = "processor"
 
 
 class BatchOptions(_Options):

@@ -24,6 +24,7 @@ from ..media.video import VideoResult, probe_video
 from ..storage import ContentStore
 from ..tokens.count import sample_video_frames
 from ..tokens.families.base import VideoSpec
+from ..tokens.feed_paths import FEED_PATHS
 from ..tokens.resize import AspectRatioError, smart_resize
 
 VIDEO_EXTS = {"mp4", "mov", "webm", "mkv", "avi"}
@@ -99,6 +100,7 @@ class Normaliser:
             min_pixels=self.min_pixels,
             min_side=self.cfg.media.min_image_side,
             accepted_formats=self.accepted_formats,
+            align_to_grid=FEED_PATHS[self.cfg.tokens.feed_path].align_images,
         )
         row.format, row.width, row.height, row.notes = res.format, res.width, res.height, ",".join(res.notes)
         if res.status != "ok" or res.out_bytes is None:

@@ -14,6 +14,7 @@ from ...schemas.presets import ModelPreset, load_preset
 from ...schemas.records import Record
 from ...schemas.rows import MediaRow
 from ..tokens.count import SampleTokens, count_sample_tokens
+from ..tokens.feed_paths import FEED_PATHS, FedSample
 from ..tokens.seq_len import SeqLenFit, apply_seq_len
 from ..tokens.text import TextTokenizer
 from .media_step import SampleMedia
@@ -39,12 +40,15 @@ def preset_for(cfg: RunConfig) -> ModelPreset:
 
 @dataclass
 class CountedSample:
-    """A sample with its token counts: what the token knobs look at."""
+    """A sample with its token counts: what the token knobs look at. ``tokens`` are what the trainer's
+    per-sample check counts (the processor on the stored pixels: ``max_visual_tokens``), ``fed`` what its
+    batch path feeds the model (``--seq-len`` and the manifests' token columns)."""
 
     step: TokenStep
     record: Record
     media: SampleMedia
     tokens: SampleTokens
+    fed: FedSample
 
     @cached_property
     def fit(self) -> SeqLenFit:
@@ -55,6 +59,7 @@ class CountedSample:
 class TokenStep:
     def __init__(self, cfg: RunConfig, preset: ModelPreset, tokenizer: TextTokenizer) -> None:
         self.options, self.preset, self.tokenizer = cfg.tokens, preset, tokenizer
+        self.feed = FEED_PATHS[cfg.tokens.feed_path]
 
     def count(self, record: Record, media: SampleMedia) -> CountedSample:
         """Count the sample's tokens and write each media row's visual tokens. ``ValueError`` when they
@@ -67,24 +72,35 @@ class TokenStep:
             media.videos,
             max_pixels=self.options.max_pixels,
         )
-        _set_visual_tokens(media.rows, tokens)
-        return CountedSample(self, record, media, tokens)
+        fed = self.feed.fed(
+            tokens,
+            record.messages,
+            self.preset,
+            self.tokenizer,
+            media.image_sizes,
+            media.videos,
+            max_pixels=self.options.max_pixels,
+        )
+        _set_visual_tokens(media.rows, tokens, fed.tokens)
+        return CountedSample(self, record, media, tokens, fed)
 
     def fit(self, sample: CountedSample) -> SeqLenFit:
         return apply_seq_len(
             sample.record.messages,
             self.preset,
             self.tokenizer,
-            sample.media.image_sizes,
-            sample.media.videos,
-            sample.tokens,
+            sample.fed.image_sizes,
+            sample.fed.videos,
+            sample.fed.tokens,
             seq_len=self.options.seq_len,
             mode=self.options.seq_len_mode,
             max_pixels=self.options.max_pixels,
         )
 
 
-def _set_visual_tokens(rows: list[MediaRow], tokens: SampleTokens) -> None:
-    per_kind = {"image": iter(tokens.per_image), "video": iter(tokens.per_video)}
+def _set_visual_tokens(rows: list[MediaRow], checked: SampleTokens, fed: SampleTokens) -> None:
+    per_kind = {"image": iter(fed.per_image), "video": iter(fed.per_video)}
+    checked_kind = {"image": iter(checked.per_image), "video": iter(checked.per_video)}
     for row in rows:
         row.visual_tokens = next(per_kind[row.kind])
+        row.encode_check_visual_tokens = next(checked_kind[row.kind])

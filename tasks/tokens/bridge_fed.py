@@ -124,7 +124,13 @@ def fed_image(geo: FedGeometry, height: int, width: int) -> tuple[int, int, int]
     """(tokens, resized height, resized width) of one stored image as ``batch()`` feeds it."""
     h1, w1 = collate_image_size(height, width)
     f = geo.factor
-    rh, rw = smart_resize(h1, w1, f, geo.min_pixels, geo.max_pixels)
+    try:
+        rh, rw = smart_resize(h1, w1, f, geo.min_pixels, geo.max_pixels)
+    except ValueError as exc:  # e.g. 32x6336 (198:1) becomes 28x6328 (226:1): batch() would raise
+        raise ValueError(
+            f"Bridge's collate resizes the {height}x{width} image to {h1}x{w1} (qwen-vl-utils, factor 28), "
+            f"which the processor refuses ({exc}): batch() would fail on this sample"
+        ) from exc
     return (rh // f) * (rw // f), rh, rw
 
 

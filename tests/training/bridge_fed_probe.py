@@ -2,9 +2,10 @@
 feeds, one JSON line per sample. Runs under the Bridge environment's Python 3.12 (:mod:`bridge_env`), never
 in the product's venv, and imports nothing of vlmforge.
 
-Usage: ``python bridge_fed_probe.py MODEL QWEN_TIKTOKEN DATASET...`` with MODEL ``qwen2_5_vl`` or
-``qwen3_vl``. Per sample: ``encode_sample``'s decision (``ok`` or ``dropped`` with the check that skipped it)
-and the visual tokens its ``max_visual_tokens`` check computed (``process_vision`` on the sample's media);
+Usage: ``python bridge_fed_probe.py QWEN_TIKTOKEN MODEL[@LIMIT]=DATASET,... ...`` with MODEL ``qwen2_5_vl``
+or ``qwen3_vl``. Per sample: ``encode_sample``'s decision (``ok`` or ``dropped``) and the grids its
+``max_visual_tokens`` check computed (``process_vision`` on the sample's media), and with ``@LIMIT`` whether
+it skips the sample at ``max_visual_tokens=LIMIT``;
 then ``batch([sample])`` (``qwen2_5_collate_fn``, the padded path) and the same batch with
 ``enable_in_batch_packing=True`` (the packed path): the image / video pad ids in ``input_ids`` per image and
 per video, the grids, and the sequence length each path gives the sample.
@@ -183,9 +184,7 @@ def fed(enc: Any, sample: Any, merge: int) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    model, tiktoken_file, *datasets = sys.argv[1:]
-    sys.meta_path.insert(0, _ShellPackages())
+def probe(model: str, tiktoken_file: str, datasets: list[str], limit: int | None) -> None:
     from megatron.bridge.data.conversation_processing import normalize_energon_vlm_sample
     from megatron.bridge.models.qwen_vl.data import energon as qe
     from megatron.energon import SkipSample
@@ -195,23 +194,26 @@ def main() -> None:
     args = dict(ENCODER, patch_size=patch)
     enc = qe.QwenVLTaskEncoder(processor.tokenizer, processor, **args)
     packed = qe.QwenVLTaskEncoder(processor.tokenizer, processor, enable_in_batch_packing=True, **args)
+    limited = None
+    if limit is not None:  # the same encoder with another max_visual_tokens: which samples it skips
+        limited = qe.QwenVLTaskEncoder(
+            processor.tokenizer, processor, **(args | {"max_visual_tokens": limit})
+        )
     for dataset in datasets:
         for sample in load(dataset):
-            row: dict[str, Any] = {"key": sample.__key__, "dataset": Path(dataset).name}
+            row: dict[str, Any] = {"model": model, "key": sample.__key__, "dataset": Path(dataset).name}
             norm = normalize_energon_vlm_sample(sample)
             videos = [v[: ENCODER["max_num_frames"]] for v in norm.videos] if norm.videos else None
             row["n_images"] = len(norm.images or [])
             row["frames"] = [len(v) for v in videos or []]
+            row["check_image_grid"], row["check_video_grid"] = [], []
             if norm.images or videos:  # what encode_sample's max_visual_tokens check computes
                 pv = qe.process_vision(
                     processor, norm.images, videos, min_pixels=enc.min_pixels, max_pixels=enc.max_pixels
                 )
-                row["check_image_grid"] = (
-                    [] if pv["image_grid_thw"] is None else pv["image_grid_thw"].tolist()
-                )
-                row["check_video_grid"] = (
-                    [] if pv["video_grid_thw"] is None else pv["video_grid_thw"].tolist()
-                )
+                for k in ("image", "video"):
+                    grid = pv[f"{k}_grid_thw"]
+                    row[f"check_{k}_grid"] = [] if grid is None else grid.tolist()
             try:
                 encoded = enc.encode_sample(sample)
             except SkipSample:
@@ -221,7 +223,24 @@ def main() -> None:
             row["status"] = "ok"
             row["fed"] = fed(enc, encoded, 2)
             row["fed_packed"] = fed(packed, packed.encode_sample(sample), 2)
+            if limited is not None:
+                try:
+                    limited.encode_sample(sample)
+                    row["skipped_at_limit"] = False
+                except SkipSample:
+                    row["skipped_at_limit"] = True
             print(json.dumps(row), flush=True)
+
+
+def main() -> None:
+    """``TIKTOKEN MODEL[@LIMIT]=DATASET[,DATASET...] ...``: one process for every model (the imports cost
+    most of the time); ``@LIMIT`` also runs ``encode_sample`` with ``max_visual_tokens=LIMIT``."""
+    tiktoken_file, *groups = sys.argv[1:]
+    sys.meta_path.insert(0, _ShellPackages())
+    for group in groups:
+        head, _, paths = group.partition("=")
+        model, _, limit = head.partition("@")
+        probe(model, tiktoken_file, [p for p in paths.split(",") if p], int(limit) if limit else None)
 
 
 if __name__ == "__main__":
