@@ -116,6 +116,12 @@ def run(
     seq_len_mode: Annotated[
         str, typer.Option(help="drop | truncate (cut text after the last visual token, keep a target)")
     ] = "drop",
+    feed_path: Annotated[
+        str,
+        typer.Option(
+            help="processor | bridge_collate (count what Megatron-Bridge's batch() feeds; set by --trainer)"
+        ),
+    ] = "processor",
     min_image_side: Annotated[int, typer.Option(help="reject images with a shorter side (too_small)")] = 1,
     video_mode: Annotated[
         str, typer.Option(help="keep (video bytes, decoded in training) | frames (sampled frames as images)")
@@ -188,6 +194,7 @@ def run(
             max_visual_tokens=max_visual_tokens,
             seq_len=seq_len,
             seq_len_mode=seq_len_mode,
+            feed_path=feed_path,
             min_image_side=min_image_side,
             video_mode=video_mode,
             video_max_pixels=video_max_pixels,

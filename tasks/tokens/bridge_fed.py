@@ -18,7 +18,12 @@ and only then through the processor, without ``do_sample_frames=False``. Measure
   are resized per frame within the IMAGE bounds (:func:`fed_video_qwen2`);
 * Qwen3-VL: the video processor samples the frames again (``do_sample_frames`` defaults to True and the
   collate gives no metadata, so it assumes 24 fps: ``max(int(n / 24 * fps), min_frames)`` frames), and its
-  timestamps are those frames' indices over 24 fps (:func:`fed_video_qwen3`).
+  timestamps are those frames' indices over 24 fps (:func:`fed_video_qwen3`), and its processor keeps the
+  template's ``<|vision_start|>`` / ``<|vision_end|>`` around the per-group blocks
+  (:func:`expand_qwen3_videos`).
+
+The text is the conversation with every turn's media parts first (:func:`media_first`), as Bridge's
+``encode_sample`` hands it to the collate.
 
 Inputs are plain numbers (sizes, frame counts, preset values), so the functions can sit behind any caller.
 """
@@ -26,9 +31,12 @@ Inputs are plain numbers (sizes, frame counts, preset values), so the functions 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from .families.qwen import VIDEO_PAD, VIDEO_PLACEHOLDER
+from .families.qwen_video import timestamp_text, video_timestamps
 from .resize import smart_resize
 from .sampling import np_linspace_round
 
@@ -39,9 +47,11 @@ __all__ = [
     "FedVideo",
     "collate_image_size",
     "collate_video_frames",
+    "expand_qwen3_videos",
     "fed_image",
     "fed_video_qwen2",
     "fed_video_qwen3",
+    "media_first",
 ]
 
 BRIDGE_VERSION = "megatron-bridge 0.6.2 (transformers 5.12.1, qwen-vl-utils 0.0.14)"
@@ -195,3 +205,34 @@ FED_VIDEO: dict[str, Callable[[FedGeometry, int, int, int], FedVideo]] = {
     "qwen_vl_utils": fed_video_qwen2,
     "qwen3": fed_video_qwen3,
 }
+
+
+def media_first(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Bridge's ``normalized_vlm_sample_to_hf_example(..., media_first=True)``: in every turn whose content is
+    a list, the image and video parts move before the other parts (each group keeps its order)."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        msg = dict(message)
+        content = msg.get("content")
+        if isinstance(content, list):
+            media = [p for p in content if isinstance(p, Mapping) and p.get("type") in ("image", "video")]
+            msg["content"] = media + [p for p in content if not any(p is m for m in media)]
+        out.append(msg)
+    return out
+
+
+def expand_qwen3_videos(text: str, videos: Sequence[FedVideo], temporal_patch_size: int) -> tuple[str, int]:
+    """transformers 5.12.1 ``Qwen3VLProcessor.replace_video_token``: each ``<|video_pad|>`` (only the pad:
+    the template's ``<|vision_start|>`` / ``<|vision_end|>`` around it stay) becomes, per temporal group,
+    ``<t seconds><|vision_start|>`` pad ``<|vision_end|>`` with the sampled frames' times at 24 fps. Returns
+    the text with one pad per group, and the number of those pads."""
+    chunks = text.split(VIDEO_PAD)
+    if len(chunks) != len(videos) + 1:
+        raise ValueError(f"{len(chunks) - 1} video pads for {len(videos)} videos")
+    pieces, pads = [chunks[0]], 0
+    for video, chunk in zip(videos, chunks[1:], strict=True):
+        stamps = video_timestamps(video.indices, video.fps or ASSUMED_FPS, temporal_patch_size)
+        pieces.extend(timestamp_text(t) + VIDEO_PLACEHOLDER for t in stamps)
+        pieces.append(chunk)
+        pads += len(stamps)
+    return "".join(pieces), pads

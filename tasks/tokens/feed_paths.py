@@ -22,10 +22,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...schemas.presets import ModelPreset
-from .bridge_fed import FED_VIDEO, FedGeometry, collate_image_size, fed_image
+from .bridge_fed import (
+    FED_VIDEO,
+    FedGeometry,
+    collate_image_size,
+    expand_qwen3_videos,
+    fed_image,
+    media_first,
+)
 from .count import SampleTokens, count_sample_tokens
 from .families.base import VideoSpec
-from .text import TextTokenizer
+from .text import TextTokenizer, render_chat
 
 __all__ = ["FEED_PATHS", "BridgeCollateFeed", "FedSample", "FeedPath", "ProcessorFeed", "geometry_of"]
 
@@ -121,10 +128,15 @@ class BridgeCollateFeed(FeedPath):
             VideoSpec(f.frames, f.height, f.width, indices=f.indices, video_fps=f.fps or v.video_fps)
             for f, v in zip(fed_videos, videos, strict=True)
         ]
+        first = media_first(messages)
         text = checked.text_tokens
-        if preset.timestamps and videos:  # Qwen3: the timestamps are those of the frames sampled again
+        if preset.timestamps and videos:  # Qwen3: the frames sampled again, the template's wrappers kept
+            rendered, n_img, _ = render_chat(first, preset)
+            expanded, video_pads = expand_qwen3_videos(rendered, fed_videos, preset.temporal_patch_size)
+            text = tokenizer.count(expanded) - n_img - video_pads
+        elif [m.get("content") for m in first] != [m.get("content") for m in messages]:  # media moved first
             text = count_sample_tokens(
-                messages, preset, tokenizer, sizes, specs, max_pixels=max_pixels
+                first, preset, tokenizer, sizes, specs, max_pixels=max_pixels
             ).text_tokens
         per_video = [f.tokens for f in fed_videos]
         visual = sum(per_image) + sum(per_video)

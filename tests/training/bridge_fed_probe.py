@@ -36,10 +36,13 @@ QWEN_PAT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+# vlmforge's built-in Qwen tokenizer's added tokens, in id order from 151643 (tasks/tokens/text.py)
 SPECIALS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
     "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
-    "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>",
+    "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>",
+    "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>",
+    "<tool_response>", "</tool_response>", "<think>", "</think>",
 ]  # fmt: skip
 
 # QwenVLTaskEncoder's defaults (the bridge-qwen*-vl trainers of vlmforge); the sequence length is left
@@ -184,7 +187,7 @@ def fed(enc: Any, sample: Any, merge: int) -> dict[str, Any]:
     }
 
 
-def probe(model: str, tiktoken_file: str, datasets: list[str], limit: int | None) -> None:
+def probe(group: int, model: str, tiktoken_file: str, datasets: list[str], limit: int | None) -> None:
     from megatron.bridge.data.conversation_processing import normalize_energon_vlm_sample
     from megatron.bridge.models.qwen_vl.data import energon as qe
     from megatron.energon import SkipSample
@@ -201,7 +204,8 @@ def probe(model: str, tiktoken_file: str, datasets: list[str], limit: int | None
         )
     for dataset in datasets:
         for sample in load(dataset):
-            row: dict[str, Any] = {"model": model, "key": sample.__key__, "dataset": Path(dataset).name}
+            row: dict[str, Any] = {"group": group, "model": model, "key": sample.__key__}
+            row["dataset"] = Path(dataset).name
             norm = normalize_energon_vlm_sample(sample)
             videos = [v[: ENCODER["max_num_frames"]] for v in norm.videos] if norm.videos else None
             row["n_images"] = len(norm.images or [])
@@ -237,10 +241,10 @@ def main() -> None:
     most of the time); ``@LIMIT`` also runs ``encode_sample`` with ``max_visual_tokens=LIMIT``."""
     tiktoken_file, *groups = sys.argv[1:]
     sys.meta_path.insert(0, _ShellPackages())
-    for group in groups:
+    for i, group in enumerate(groups):
         head, _, paths = group.partition("=")
         model, _, limit = head.partition("@")
-        probe(model, tiktoken_file, [p for p in paths.split(",") if p], int(limit) if limit else None)
+        probe(i, model, tiktoken_file, [p for p in paths.split(",") if p], int(limit) if limit else None)
 
 
 if __name__ == "__main__":
