@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ....schemas.recipes import HttpFilesSource, fill
-from ..fetch_batch import BatchRun
+from ..batch_state import BatchRun
 from ..objects import fetch_objects
 from ..outcomes import Answers, Located
 from ..store_writes import StoreSink

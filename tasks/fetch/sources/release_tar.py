@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ....schemas.recipes import ReleaseTarSource
 from ..failures import NOT_FOUND, FetchError
-from ..fetch_batch import BatchRun
+from ..batch_state import BatchRun
 from ..outcomes import Answers, FetchOutcome, Located
 from ..release_media import MissingMedia, ReleaseMedia
 
