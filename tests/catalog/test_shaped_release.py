@@ -127,3 +127,18 @@ def test_an_existing_corpus_is_referenced_not_written(tmp_path: Path) -> None:
     assert text.upstream_refs == [] and not list(text.recipes.iterdir())
     with pytest.raises(FileExistsError):
         build_shaped_release(tmp_path / "t", 1000, mix="text")
+
+
+def test_the_release_not_each_subset_is_split_for_the_cores(shaped: ShapedRelease, tmp_path: Path) -> None:
+    """A run asks the catalog for twice its CPUs of batches so every core has work to the end: 76 subsets
+    give the cores that work by themselves, so a small subset is no longer cut into that many batches of a
+    row or two (each a task run and three manifest parts); one subset still is."""
+    many = catalog_release(str(shaped.root), batch_lines=10_000, min_batches=4)
+    batches = {e.subset: len(e.batch_offsets) - 1 for e in many}
+    assert set(batches.values()) == {1}
+    one = build_shaped_release(tmp_path / "one", 40, mix="text", subsets=1)
+    (entry,) = catalog_release(str(one.root), batch_lines=10_000, min_batches=4)
+    assert len(entry.batch_offsets) - 1 == 4
+    two = build_shaped_release(tmp_path / "two", 40, mix="text", subsets=2)
+    entries = catalog_release(str(two.root), batch_lines=10_000, min_batches=4)
+    assert [len(e.batch_offsets) - 1 for e in entries] == [2, 2]
