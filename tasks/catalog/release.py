@@ -59,8 +59,8 @@ def catalog_release(
     ``release`` is a folder or an fsspec URL; ``storage_options`` go to fsspec and are carried by every
     entry. ``recipe_fingerprints`` (subset -> :func:`recipe_fingerprint` of its media recipe) lets a
     refresh see a recipe change. Batches hold at most ``batch_lines`` lines and ``batch_media`` media
-    references, and the release is cut into at least ``min_batches`` when it has the lines (``batch_plan.py``):
-    each of its N subsets into at least ``ceil(min_batches / N)``.
+    references, and the release is cut into at least ``min_batches`` when it has the lines
+    (``batch_plan.py``): each of its N subsets into at least ``ceil(min_batches / N)``.
     """
     options = dict(storage_options or {})
     fs, root = _open_release(release, options)
