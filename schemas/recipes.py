@@ -1,4 +1,4 @@
-"""Media recipes: where a subset's media references come from (user-editable YAML under ``catalog/``).
+"""Media recipes: where a subset's media references come from (user-editable YAML under ``recipes/``).
 
 A recipe lists sources, tried in order for every reference; the first one that yields the object wins:
 
@@ -31,13 +31,14 @@ import re
 import string
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .safe_yaml import load_limited
+from .subset_names import subset_name_problem
 
 BASE_VARIABLES: frozenset[str] = frozenset({"ref", "name", "stem", "ext", "dir"})
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-_SUBSET_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 class UnsetVariable(Exception):
@@ -91,6 +92,13 @@ def ref_variables(ref: str, match: re.Pattern[str] | None) -> dict[str, str] | N
             return None
         variables |= {k: v or "" for k, v in m.groupdict().items()}
     return variables
+
+
+# Where an upstream's redirects may lead (tasks/fetch/redirects.py): same_host (default), any_public_host
+# (never to loopback, private or link-local addresses unless the recipe's URL names one), any_host.
+# Whatever the policy, only http(s), never https -> http.
+RedirectPolicy = Literal["same_host", "any_public_host", "any_host"]
+REDIRECTS_FIELD_HELP = "where redirects may lead: same_host (default) | any_public_host | any_host"
 
 
 class _Model(BaseModel):
@@ -161,6 +169,7 @@ class HttpFilesSource(_SourceBase):
     kind: Literal["http_files"]
     url: str = Field(description="URL template, e.g. https://host/images/{name}")
     max_concurrency: int | None = Field(default=None, gt=0, description="requests in flight to this host")
+    redirects: RedirectPolicy = Field(default="same_host", description=REDIRECTS_FIELD_HELP)
 
     @model_validator(mode="after")
     def _templates(self) -> HttpFilesSource:
@@ -206,6 +215,7 @@ class ArchiveSource(_SourceBase):
     )
     shards: ShardRange | None = Field(default=None, description="archives named by a {shard} range")
     max_concurrency: int | None = Field(default=None, gt=0)
+    redirects: RedirectPolicy = Field(default="same_host", description=REDIRECTS_FIELD_HELP)
     storage_options: dict[str, Any] = Field(
         default_factory=dict, description="fsspec options for s3:// or hf:// archives (anon, endpoint_url...)"
     )
@@ -319,8 +329,9 @@ class Recipe(_Model):
     @field_validator("subset")
     @classmethod
     def _subset(cls, v: str) -> str:
-        if not _SUBSET_RE.match(v):
-            raise ValueError(f"subset {v!r} must be a folder name (letters, digits, _ . -)")
+        problem = subset_name_problem(v)
+        if problem:
+            raise ValueError(problem)
         return v
 
     @property
@@ -353,5 +364,6 @@ def parse_recipe(data: Any) -> Recipe:
 
 
 def parse_recipe_yaml(text: str) -> Recipe:
-    """A Recipe from YAML text; raises yaml.YAMLError or pydantic.ValidationError."""
-    return parse_recipe(yaml.safe_load(text))
+    """A Recipe from YAML text (read with :mod:`.safe_yaml`'s limits); raises yaml.YAMLError or
+    pydantic.ValidationError."""
+    return parse_recipe(load_limited(text))

@@ -37,12 +37,15 @@ from .failures import (
     status_error,
 )
 from .hosts import HostTable
+from .redirects import DEFAULT_POLICY, redirect_refusal
+from .request_watch import WatchedHTTPConnection, WatchedHTTPSConnection, watched
 from .retry import RetryPolicy, parse_retry_after
 
 log = logging.getLogger("vlmforge.fetch")
 
 REDIRECTS = (301, 302, 303, 307, 308)
 CHUNK = 256 * 1024
+REDIRECT_DRAIN_MAX = 64 * 1024  # a redirect's body is read (to keep the connection) only when this small
 
 
 class RedactingFilter(logging.Filter):
@@ -91,7 +94,9 @@ class HttpOptions:
     per_host: int = 8  # requests in flight per host (also the keep-alive pool size per host)
     connect_timeout: float = 10.0
     read_timeout: float = 30.0  # per socket read
-    request_timeout: float = 300.0  # wall time of one attempt, headers to last byte
+    # wall time of one attempt: connect, status line, headers, every redirect and the body (enforced by
+    # request_watch.py's watchdog, whatever the server sends and however slowly)
+    request_timeout: float = 300.0
     max_bytes: int = 512 * 1024 * 1024
     retries: int = 4  # extra attempts for transient failures
     backoff_base: float = 0.5  # first backoff ceiling in seconds (doubles per attempt, full jitter)
@@ -149,6 +154,7 @@ class _Ask:
     sink: Sink | None
     cap: int
     expect_media: bool
+    redirects: str = DEFAULT_POLICY  # the source's redirect policy (redirects.py)
 
     @property
     def ranged(self) -> bool:
@@ -190,14 +196,17 @@ class HttpClient:
         max_bytes: int | None = None,
         expect_media: bool = False,
         deadline: float | None = None,
+        redirects: str = DEFAULT_POLICY,
     ) -> Response:
         """GET ``url`` with retries. ``byte_range`` is inclusive (start, end); ``suffix`` asks for the last
         N bytes. Raises FetchError (its ``attempts`` set) when every attempt failed.
 
         ``deadline`` (a ``time.monotonic()`` value, e.g. a batch's) bounds the whole call: no attempt starts
-        and no backoff sleeps past it, and an attempt's body read stops there (``timeout``)."""
+        and no backoff sleeps past it, and an attempt's body read stops there (``timeout``). Each attempt has
+        its own deadline too (``request_timeout``), over connect, headers, redirects and body.
+        ``redirects`` is the source's redirect policy (:mod:`.redirects`)."""
         cap = self.options.max_bytes if max_bytes is None else max_bytes
-        ask = _Ask(byte_range, suffix, sink, cap, expect_media)
+        ask = _Ask(byte_range, suffix, sink, cap, expect_media, redirects)
 
         def attempt_once(attempt: int) -> Response:
             if sink is not None and attempt > 1:
@@ -210,15 +219,27 @@ class HttpClient:
 
         return self.retry.run(attempt_once, deadline, cap_retry_after=True, log_url=url)
 
-    def _get_once(self, url: str, ask: _Ask, deadline: float | None) -> Response:
-        """One attempt, following redirects, each hop inside its host's slot."""
+    def _get_once(self, url: str, ask: _Ask, batch_deadline: float | None) -> Response:
+        """One attempt, following redirects, each hop inside its host's slot; one deadline for the attempt
+        (from its first slot: waiting for a busy host is bounded by the batch deadline only)."""
+        origin = current_parts = urlsplit(url)
         current = url
-        for _ in range(self.options.max_redirects + 1):
+        deadline: float | None = None
+        for hop in range(self.options.max_redirects + 1):
             parts = urlsplit(current)
             if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise FetchError(SOURCE_ERROR, f"not an http(s) URL: {current}", url=url)
+                raise FetchError(SOURCE_ERROR, f"not an http(s) URL: {redact(current)}", url=url)
+            if hop:
+                refusal = redirect_refusal(origin, current_parts, parts, ask.redirects, self.options.resolver)
+                if refusal:
+                    raise FetchError(SOURCE_ERROR, f"{refusal}: {redact(current)}", url=url)
+            current_parts = parts
             host = parts.hostname
-            with self.hosts.slot(host, deadline) as state:
+            with self.hosts.slot(host, deadline or batch_deadline) as state:
+                if deadline is None:
+                    deadline = time.monotonic() + self.options.request_timeout
+                    if batch_deadline is not None:
+                        deadline = min(deadline, batch_deadline)
                 try:
                     result = self._request(current, parts, ask, deadline)
                 except FetchError as err:
@@ -233,23 +254,43 @@ class HttpClient:
             return result
         raise FetchError(HTTP_4XX, f"more than {self.options.max_redirects} redirects", url=url)
 
-    def _request(
-        self, url: str, parts: SplitResult, ask: _Ask, batch_deadline: float | None
-    ) -> Response | str:
-        """One request: the response, or the Location of a redirect."""
+    def _request(self, url: str, parts: SplitResult, ask: _Ask, deadline: float) -> Response | str:
+        """One request: the response, or the Location of a redirect. Every socket operation of it is cut at
+        ``deadline`` by the watchdog (:mod:`.request_watch`), so a server dripping its status line or
+        headers cannot hold the thread past it."""
         opts = self.options
-        deadline = time.monotonic() + opts.request_timeout
-        if batch_deadline is not None:
-            deadline = min(deadline, batch_deadline)
-        remaining = max(0.001, deadline - time.monotonic())
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise FetchError(TIMEOUT, self._deadline_words("before the request"), url=url)
         timeout = urllib3.Timeout(
             connect=min(opts.connect_timeout, remaining), read=min(opts.read_timeout, remaining)
         )
-        r = self.open(parts, ask.range_header(), timeout, url)
-        try:
-            return self._read(r, url, ask, deadline)
-        finally:
-            r.release_conn()
+        with watched(deadline) as watch:
+            r: urllib3.BaseHTTPResponse | None = None
+            try:
+                r = self.open(parts, ask.range_header(), timeout, url)
+                result = self._read(r, url, ask, deadline)
+                if watch.expired:  # a body cut by the watchdog can look complete (read until close)
+                    raise FetchError(TIMEOUT, self._deadline_words("body still arriving"), url=url)
+                return result
+            except FetchError as err:
+                if watch.expired and err.failure != TIMEOUT:
+                    phase = "answer or body" if r is None else "body"
+                    raise FetchError(
+                        TIMEOUT, self._deadline_words(f"{phase} still arriving"), url=url
+                    ) from None
+                raise
+            finally:
+                if r is not None:
+                    if watch.expired:
+                        discard(r)
+                    r.release_conn()
+
+    def _deadline_words(self, what: str) -> str:
+        return (
+            f"{what} at the request deadline ({self.options.request_timeout:g} s per request over connect, "
+            "status line, headers, redirects and body, or the batch's)"
+        )
 
     def open(
         self, parts: SplitResult, range_header: str | None, timeout: urllib3.Timeout, url: str
@@ -289,7 +330,7 @@ class HttpClient:
         status = r.status
         hdrs = {k.lower(): v for k, v in r.headers.items()}
         if status in REDIRECTS and hdrs.get("location"):
-            r.drain_conn()
+            drain_or_discard(r, hdrs)
             return hdrs["location"]
         if status >= 400 or status < 200 or status in REDIRECTS:
             discard(r)
@@ -382,6 +423,8 @@ class HttpClient:
             new: urllib3.HTTPConnectionPool = urllib3.HTTPSConnectionPool(address, port, **kw)
         else:
             new = urllib3.HTTPConnectionPool(address, port, **kw)
+        # connections enlisted with each request's deadline (request_watch.py)
+        new.ConnectionCls = WatchedHTTPSConnection if scheme == "https" else WatchedHTTPConnection
         with self._lock:
             return self._pools.setdefault(key, new)
 
@@ -396,6 +439,17 @@ def discard(r: urllib3.BaseHTTPResponse) -> None:
     """Drop a response we will not read: close its connection rather than download the rest."""
     with contextlib.suppress(Exception):  # closing a broken connection may raise again
         r.close()
+
+
+def drain_or_discard(r: urllib3.BaseHTTPResponse, hdrs: Mapping[str, str]) -> None:
+    """After a redirect: read a small declared body to keep the connection; close on anything else (an
+    endless or undeclared redirect body is never read)."""
+    length = hdrs.get("content-length") or hdrs.get("Content-Length")
+    if length and length.isdigit() and int(length) <= REDIRECT_DRAIN_MAX:
+        with contextlib.suppress(Exception):
+            r.drain_conn()
+            return
+    discard(r)
 
 
 def content_range_total(value: str | None) -> int | None:

@@ -32,14 +32,19 @@ class RangeSource(Protocol):
 class HttpRangeSource:
     """A file behind an HTTP server that honours Range (the client's politeness and retries apply)."""
 
-    def __init__(self, client: HttpClient, url: str, deadline: float | None = None) -> None:
+    def __init__(
+        self, client: HttpClient, url: str, deadline: float | None = None, redirects: str = "same_host"
+    ) -> None:
         self.client, self.url, self.label = client, url, redact(url)
+        self.redirects = redirects  # the source's redirect policy (redirects.py)
         self.deadline = deadline  # time.monotonic() value bounding every request (a batch's deadline)
         self.bytes_read = 0
         self._lock = threading.Lock()
 
     def tail(self, n: int) -> tuple[int, bytes]:
-        resp = self.client.get(self.url, suffix=n, max_bytes=n, deadline=self.deadline)
+        resp = self.client.get(
+            self.url, suffix=n, max_bytes=n, deadline=self.deadline, redirects=self.redirects
+        )
         self._count(resp.nbytes)
         if resp.total_size is None:
             raise FetchError(BAD_ARCHIVE, "server sent no Content-Range total", url=self.url)
@@ -47,7 +52,11 @@ class HttpRangeSource:
 
     def read(self, start: int, end: int) -> bytes:
         resp = self.client.get(
-            self.url, byte_range=(start, end), max_bytes=end - start + 1, deadline=self.deadline
+            self.url,
+            byte_range=(start, end),
+            max_bytes=end - start + 1,
+            deadline=self.deadline,
+            redirects=self.redirects,
         )
         self._count(resp.nbytes)
         return resp.body

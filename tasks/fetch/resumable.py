@@ -15,7 +15,7 @@ from urllib.parse import SplitResult, urljoin, urlsplit
 
 import urllib3
 
-from .client import CHUNK, REDIRECTS, HttpClient, discard
+from .client import CHUNK, REDIRECTS, HttpClient, discard, drain_or_discard
 from .failures import (
     HTTP_4XX,
     SOURCE_ERROR,
@@ -26,19 +26,27 @@ from .failures import (
     classify_exception,
     status_error,
 )
+from .redirects import DEFAULT_POLICY, redirect_refusal
+from .request_watch import watched
 from .retry import parse_retry_after
 
 
 @contextmanager
 def stream(
-    client: HttpClient, url: str, *, max_bytes: int | None = None, deadline: float | None = None
+    client: HttpClient,
+    url: str,
+    *,
+    max_bytes: int | None = None,
+    deadline: float | None = None,
+    redirects: str = DEFAULT_POLICY,
 ) -> Iterator[BinaryIO]:
     """A readable stream of ``url``'s body that resumes with Range requests after a dropped connection.
     Reads raise FetchError; with ``deadline`` (a ``time.monotonic()`` value) a read or a retry past it raises
-    ``timeout``."""
+    ``timeout``. Each (re)opening, redirects and headers included, has the client's ``request_timeout``."""
     body = ResumingStream(
         client, url, max_bytes if max_bytes is not None else client.options.max_bytes, deadline
     )
+    body.redirects = redirects
     try:
         yield body  # type: ignore[misc]
     finally:
@@ -55,6 +63,8 @@ class ResumingStream:
         self._resp: urllib3.BaseHTTPResponse | None = None
         self._broken = False  # the connection failed after a partial read: reopen before reading again
         self._attempt = 0
+        self.redirects = DEFAULT_POLICY
+        self._origin = urlsplit(url)
 
     def readable(self) -> bool:
         return True
@@ -121,13 +131,32 @@ class ResumingStream:
     def _open_once(self, attempt: int) -> urllib3.BaseHTTPResponse:
         self._attempt = attempt
         self._check_deadline()
+        # The body of a stream may take hours (the batch deadline bounds it); getting to its first byte,
+        # redirects included, has the per-request deadline.
+        opened = time.monotonic() + self.client.options.request_timeout
+        if self.deadline is not None:
+            opened = min(opened, self.deadline)
         for _ in range(self.client.options.max_redirects + 1):
             parts = urlsplit(self.url)
-            with self.client.hosts.attempt(parts.hostname or "", self.deadline):
-                r = self._request(parts)
+            with self.client.hosts.attempt(parts.hostname or "", self.deadline), watched(opened) as watch:
+                try:
+                    r = self._request(parts)
+                except FetchError as err:
+                    if watch.expired and err.failure != TIMEOUT:
+                        raise FetchError(TIMEOUT, "no answer by the request deadline", url=self.url) from None
+                    raise
             if isinstance(r, str):
-                self.url = urljoin(self.url, r)
+                target = urljoin(self.url, r)
+                refusal = redirect_refusal(
+                    self._origin, parts, urlsplit(target), self.redirects, self.client.options.resolver
+                )
+                if refusal:
+                    raise FetchError(SOURCE_ERROR, refusal, url=self.url)
+                self.url = target
                 continue
+            if watch.expired:  # the answer arrived as the deadline passed: its connection is shut
+                discard(r)
+                raise FetchError(TIMEOUT, "no answer by the request deadline", url=self.url)
             return r
         raise FetchError(HTTP_4XX, "too many redirects", url=self.url)
 
@@ -143,7 +172,7 @@ class ResumingStream:
         timeout = urllib3.Timeout(connect=opts.connect_timeout, read=opts.read_timeout)
         r = self.client.open(parts, f"bytes={self.pos}-" if self.pos else None, timeout, self.url)
         if r.status in REDIRECTS and r.headers.get("location"):
-            r.drain_conn()
+            drain_or_discard(r, r.headers)
             r.release_conn()
             return str(r.headers["location"])
         if r.status == 416 and self.pos:

@@ -13,8 +13,8 @@ from typing import Any
 
 from ...schemas.recipes import ArchiveSource
 from ..storage import url_to_fs
-from .batch import BatchRun
 from .failures import HASH_MISMATCH, NOT_IN_ARCHIVE, SOURCE_ERROR, FetchError, classify_fs_error
+from .fetch_batch import BatchRun
 from .outcomes import Answers, FetchOutcome
 from .resumable import stream
 from .store_writes import StoreSink
@@ -88,7 +88,7 @@ def _read_stream(
     passage = _Passage()
     reader: HashingReader | None = None
     try:
-        with _open_stream(run, url, source.storage_options) as raw:
+        with _open_stream(run, url, source.storage_options, source.redirects) as raw:
             reader = HashingReader(raw)
             tar_stream: Any = reader
             wanted = None if keep_all else set(members)
@@ -136,9 +136,10 @@ def _store_held(run: BatchRun, passage: _Passage, members: dict[str, list[str]])
     return out
 
 
-def _open_stream(run: BatchRun, url: str, storage_options: dict[str, Any]) -> Any:
+def _open_stream(run: BatchRun, url: str, storage_options: dict[str, Any], redirects: str) -> Any:
     if url.startswith(("http://", "https://")):
-        return stream(run.client, url, max_bytes=run.options.max_archive_bytes, deadline=run.deadline)
+        limit = run.options.max_archive_bytes
+        return stream(run.client, url, max_bytes=limit, deadline=run.deadline, redirects=redirects)
     fs, path = url_to_fs(url, **storage_options)
     try:
         return fs.open(path, "rb")

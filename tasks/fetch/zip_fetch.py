@@ -9,10 +9,10 @@ from typing import Any
 
 from ...schemas.redact import redact
 from ..storage import ContentStore, url_to_fs
-from .batch import BatchRun
+from .archive_members import normalize_member
 from .client import HttpClient
 from .failures import FetchError
-from .members import normalize_member
+from .fetch_batch import BatchRun
 from .outcomes import Answer, Answers
 from .ranges import FsRangeSource, HttpRangeSource, RangeSource
 from .zip_format import ZipEntry, ZipIndex, check_zip_entry, plan_ranges, read_zip_group, read_zip_index
@@ -23,10 +23,15 @@ _ZIP_CACHE_MAX = 8
 
 
 def fetch_zip_members(
-    run: BatchRun, url: str, refs: dict[str, str], storage_options: dict[str, Any]
+    run: BatchRun,
+    url: str,
+    refs: dict[str, str],
+    storage_options: dict[str, Any],
+    redirects: str = "same_host",
 ) -> Answers:
-    """Answer ``refs`` (reference -> member path) from the zip at ``url``."""
-    source = range_source(run.client, url, storage_options, run.deadline)
+    """Answer ``refs`` (reference -> member path) from the zip at ``url`` (``redirects``: the source's
+    redirect policy)."""
+    source = range_source(run.client, url, storage_options, run.deadline, redirects)
     try:
         index = zip_index(run.writer.store, url, source)
     finally:
@@ -85,10 +90,14 @@ def _read_group(
 
 
 def range_source(
-    client: HttpClient, url: str, storage_options: dict[str, Any], deadline: float | None
+    client: HttpClient,
+    url: str,
+    storage_options: dict[str, Any],
+    deadline: float | None,
+    redirects: str = "same_host",
 ) -> RangeSource:
     if url.startswith(("http://", "https://")):
-        return HttpRangeSource(client, url, deadline=deadline)
+        return HttpRangeSource(client, url, deadline=deadline, redirects=redirects)
     fs, path = url_to_fs(url, **storage_options)
     return FsRangeSource(fs, path, label=url)
 

@@ -4,6 +4,9 @@
 Manifests hold list and struct columns (``media.frame_indices``, ...): every output format writes them, as
 JSON text in a CSV cell or a table cell, as JSON values in JSON. A failing query is an :class:`OutputError`
 of one line (DuckDB's own words, without its multi-line context).
+
+The connection reads the manifests and nothing else unless the caller asks for DuckDB's full access
+(``vlmforge query --allow-external-access``): ``query`` may run inside a deployment, on SQL someone typed.
 """
 
 from __future__ import annotations
@@ -17,17 +20,59 @@ import duckdb
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from ...schemas.manifests import TABLES
+from ...schemas.tables import TABLES
 from ..errors import ConfigError, OutputError
 from ..manifests import OutputLayout
 from ..storage import is_local
 
+#: DuckDB settings of a read-only query: no file, network or extension access from SQL. The manifests are
+#: handed to DuckDB as Arrow datasets that vlmforge opens itself, so DuckDB needs no path at all (an
+#: ``allowed_paths`` list would also let ``COPY ... TO`` overwrite a listed manifest part).
+READ_ONLY_CONFIG: dict[str, str | bool] = {
+    "autoload_known_extensions": False,
+    "autoinstall_known_extensions": False,
+}
+LOCKDOWN = ("SET enable_external_access = false", "SET lock_configuration = true")
 
-def connect(out: str) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with a view per manifest table of ``out``."""
+
+def connect(out: str, *, allow_external_access: bool = False) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with a view per manifest table of ``out``.
+
+    By default the connection can read the manifests and nothing else: no ``read_text``/``read_csv`` of
+    other files, no ``COPY ... TO``, no ``ATTACH``, no extension install or load, no URL, and the settings are
+    locked so SQL cannot lift it. ``allow_external_access`` gives DuckDB's defaults (a local tool on your own
+    machine: read and write any file the user can, load extensions)."""
     layout = OutputLayout(out)
     if not layout.fs.isdir(layout.manifests):
         raise OutputError(f"{out!r} has no manifests/ folder: run `vlmforge run RELEASE --out {out}` first")
+    if allow_external_access:
+        return _connect_open(layout)
+    con = duckdb.connect(config=dict(READ_ONLY_CONFIG))
+    for name, schema in TABLES.items():
+        parts = [p for s in layout.subsets_with(name) for p in layout.parts(name, s)]
+        con.register(f"_{name}_parts", _dataset(layout, parts, schema))
+        con.execute(f"CREATE VIEW {name} AS SELECT * FROM _{name}_parts")
+    for statement in LOCKDOWN:
+        con.execute(statement)
+    return con
+
+
+def _dataset(layout: OutputLayout, parts: list[str], schema: pa.Schema) -> Any:
+    """The parts as one Arrow dataset, columns united by name (as ``union_by_name``: a part written before a
+    column existed reads it as null); no parts: an empty table with the table's columns."""
+    if not parts:
+        return schema.empty_table()
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+    from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+    fs = None if is_local(layout.fs) else PyFileSystem(FSSpecHandler(layout.fs))
+    united = pa.unify_schemas([pq.read_schema(p, filesystem=fs) for p in parts], promote_options="permissive")
+    return ds.dataset(parts, schema=united, format="parquet", filesystem=fs)
+
+
+def _connect_open(layout: OutputLayout) -> duckdb.DuckDBPyConnection:
+    """DuckDB with its default access, the views reading the part files directly."""
     con = duckdb.connect()
     if not is_local(layout.fs):
         con.register_filesystem(layout.fs)  # s3:// etc. through fsspec: no DuckDB extension download
@@ -46,9 +91,10 @@ def connect(out: str) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def run_query(out: str, sql: str) -> pa.Table:
-    """Run ``sql`` over the manifests of ``out``; a failure is one line in DuckDB's own words."""
-    con = connect(out)
+def run_query(out: str, sql: str, *, allow_external_access: bool = False) -> pa.Table:
+    """Run ``sql`` over the manifests of ``out`` (read-only unless ``allow_external_access``: see
+    :func:`connect`); a failure is one line in DuckDB's own words."""
+    con = connect(out, allow_external_access=allow_external_access)
     try:
         table: pa.Table = con.sql(sql).to_arrow_table()
         return table

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from vlmforge.tasks.catalog.release import catalog_release
-from vlmforge.tasks.fetch.recipe_files import load_recipe
+from vlmforge.tasks.catalog import catalog_release, load_recipe
 from vlmforge.tasks.ops.sample_release.shaped import ShapedRelease, build_shaped_release
 from vlmforge.tasks.ops.sample_release.shaped_plan import plan_release, zipf_sizes
 

@@ -1,6 +1,7 @@
 """The shards do not depend on the batch plan: the sample release built through 4 batches and through 18
-(batch lines, the catalog's split for the cores) publishes the same Energon files, byte for byte. The catalog
-may then plan a many-subset release with fewer batches than a one-subset one (tasks/catalog/release.py)."""
+(batch lines, the catalog's split for the cores) publishes the same Energon files, byte for byte. The
+catalog may then plan a many-subset release with fewer batches than a one-subset one
+(tasks/catalog/release_catalog.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import pytest
 from conftest import tree_hashes
 
 from vlmforge.schemas.config import RunConfig
-from vlmforge.tasks.batch.batch import build_batch
-from vlmforge.tasks.catalog.release import catalog_release
+from vlmforge.tasks.batch.batch_pipeline import build_batch
+from vlmforge.tasks.catalog import catalog_release
 from vlmforge.tasks.manifests import OutputLayout
 from vlmforge.tasks.publish.publish import publish_subset
 

@@ -5,9 +5,9 @@ template, optionally one archive per ``{shard}``. Only referenced members are re
 from __future__ import annotations
 
 from ....schemas.recipes import ArchiveSource, UnsetVariable, fill
-from ..batch import BatchRun
+from ..archive_members import normalize_member
 from ..failures import NOT_IN_ARCHIVE, SOURCE_ERROR, FetchError, classify_fs_error
-from ..members import normalize_member
+from ..fetch_batch import BatchRun
 from ..outcomes import Answers, FetchOutcome, Located
 from ..tar_fetch import fetch_tar_members
 from ..zip_fetch import fetch_zip_members
@@ -59,7 +59,7 @@ class Archive:
     def _read_archive(self, source: ArchiveSource, url: str, refs: dict[str, str], run: BatchRun) -> Answers:
         try:
             if source.archive_format(url) == "zip":
-                return fetch_zip_members(run, url, refs, source.storage_options)
+                return fetch_zip_members(run, url, refs, source.storage_options, source.redirects)
             return fetch_tar_members(run, url, refs, source)
         except Exception as exc:  # noqa: BLE001 - the archive as a whole failed (404, not a zip, cut...)
             return dict.fromkeys(refs, classify_fs_error(exc, url))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ....schemas.recipes import HttpFilesSource, fill
-from ..batch import BatchRun
+from ..fetch_batch import BatchRun
 from ..objects import fetch_objects
 from ..outcomes import Answers, Located
 from ..store_writes import StoreSink
@@ -18,7 +18,12 @@ class HttpFiles:
 
         def fetch_one(url: str, sink: StoreSink) -> int:
             resp = run.client.get(
-                url, sink=sink, max_bytes=run.options.max_bytes, expect_media=True, deadline=run.deadline
+                url,
+                sink=sink,
+                max_bytes=run.options.max_bytes,
+                expect_media=True,
+                deadline=run.deadline,
+                redirects=source.redirects,
             )
             run.count_bytes(resp.nbytes)
             return resp.attempts

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from .build import _prepare_dest
 from .chat import asst, dump, img, txt, user, vid
 from .files import readme, write_files, write_jsonl, write_tar
+from .sample_build import _prepare_dest
 from .shaped_media import clip_bytes, image_bytes
 from .shaped_plan import SUBSETS_V3, SubsetPlan, plan_release
 
@@ -163,7 +163,8 @@ def build_shaped_release(
     overwrite: bool = False,
 ) -> ShapedRelease:
     """Write a ``rows``-row release of ``mix`` (:data:`~.shaped_plan.MIXES`) with ``subsets`` subsets under
-    ``dest`` (see the module's layout). Raises ``FileExistsError`` as :func:`.build.build_sample_release`."""
+    ``dest`` (see the module's layout). Raises ``FileExistsError`` as
+    :func:`.sample_build.build_sample_release` does."""
     dest = Path(dest)
     _prepare_dest(dest, overwrite)
     plan = plan_release(rows, mix=mix, subsets=subsets)
