@@ -196,10 +196,24 @@ def query(
 def sample_release(
     dest: Annotated[Path, typer.Argument(help="folder to create")],
     overwrite: Annotated[bool, typer.Option(help="replace dest if it exists")] = False,
+    shape: Annotated[
+        str, typer.Option(help="sample (4 hand-made subsets) | v3 (76 long-tailed subsets, --rows rows)")
+    ] = "sample",
+    rows: Annotated[int, typer.Option(help="rows of a --shape v3 release")] = 400,
+    mix: Annotated[str, typer.Option(help="--shape v3 rows: v3 (every kind) | images | text")] = "v3",
 ) -> None:
-    """Build the small sample release (real photos and a real video from scikit-image, plus bad input)."""
-    from ..tasks.ops import build_sample_release
+    """Build the small sample release (real photos and a real video from scikit-image, plus bad input), or
+    a release of v3's shape (see tasks/ops/sample_release/shaped.py)."""
+    from ..tasks.ops import build_sample_release, build_shaped_release
 
+    if shape == "v3":
+        shaped = build_shaped_release(dest, rows, mix=mix, overwrite=overwrite)
+        console.print(
+            f"release: {shaped.root} ({len(shaped.subsets)} subsets, {shaped.total_lines} lines); serve "
+            f"{shaped.upstream} over HTTP, set VLMFORGE_SHAPED_UPSTREAM to its URL, run with --recipes "
+            f"{shaped.recipes}"
+        )
+        return
     rel = build_sample_release(dest, overwrite=overwrite)
     console.print(f"sample release: {rel.root} ({len(rel.subsets)} subsets, {rel.total_lines} lines)")
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from . import batch_state
 from .acquire import FetchStream, fetch_batch, read_outcome
 from .archive_members import normalize_member, tar_member_problem
 from .client import HttpClient, HttpOptions
@@ -51,6 +52,7 @@ __all__ = [
     "ZipIndex",
     "_filesystem",
     "_path_of",
+    "batch_state",
     "check_zip_entry",
     "classify_fs_error",
     "fetch_batch",

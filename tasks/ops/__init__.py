@@ -17,6 +17,7 @@ from .mix.weights import parse_count
 from .plan.packing import PlanResult, build_plan
 from .query import FORMAT_NAMES, connect, render, run_query, text_rows
 from .sample_release.sample_build import build_sample_release
+from .sample_release.shaped import build_shaped_release
 from .stats.compute import StatsReport
 from .stats.page import write_stats_report
 from .stats.stage_times import RUN_WIDE, StageTime, batch_stage_times, write_stage_times
@@ -34,6 +35,7 @@ __all__ = [
     "batch_stage_times",
     "build_plan",
     "build_sample_release",
+    "build_shaped_release",
     "connect",
     "estimate_release",
     "estimate_table",

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from ....schemas.recipes import LocalSource, UnsetVariable, fill
 from ...storage import is_local, url_to_fs
-from ..failures import NOT_FOUND, SOURCE_ERROR, FetchError
 from ..batch_state import BatchRun
+from ..failures import NOT_FOUND, SOURCE_ERROR, FetchError
 from ..outcomes import Answer, Answers, FetchOutcome, LocalLocation, Located
 from ..release_media import file_in
 
