@@ -18,7 +18,7 @@ from rich.table import Table
 
 from ..schemas.tables import TABLES
 from ..tasks.errors import ConfigError, VlmforgeError
-from .cli_options import config_options, with_config_options
+from .cli_options import config_options, with_config_options, with_trainer
 from .runtime import apply_quiet_env
 
 apply_quiet_env()
@@ -74,7 +74,7 @@ def run(
 
     try:
         given = with_config_options(options) | {"release": release}
-        cfg = RunConfig.of(**_with_trainer(ctx, trainer, given))
+        cfg = RunConfig.of(**with_trainer(ctx, trainer, given))
         accepted_image_formats(cfg.media.extra_image_formats)  # an unknown format name fails here
     except Exception as exc:  # pydantic ValidationError: say which option and why
         raise typer.BadParameter(str(exc)) from None
@@ -130,22 +130,6 @@ def _note(line: str) -> None:
 
 def _import_flow() -> None:
     from . import pipeline  # noqa: F401 - imported while the services start
-
-
-def _with_trainer(ctx: typer.Context, trainer: str | None, options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` with the ``--trainer`` preset's values for every option not given on the command line
-    (or through an environment variable): an explicit flag overrides the trainer."""
-    from ..schemas.trainers import TRAINERS
-
-    if trainer is None:
-        return options
-    if trainer not in TRAINERS:
-        known = ", ".join(TRAINERS)
-        raise typer.BadParameter(f"unknown trainer {trainer!r}; known: {known}", param_hint="--trainer")
-    preset = TRAINERS[trainer]
-    # typer vendors click: compare the ParameterSource member by name, not by class
-    unset = {k for k in preset if getattr(ctx.get_parameter_source(k), "name", "DEFAULT") == "DEFAULT"}
-    return options | {k: v for k, v in preset.items() if k in unset}
 
 
 class _OwnErrorsWithoutTraceback(logging.Filter):

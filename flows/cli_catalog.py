@@ -125,7 +125,8 @@ def register(app: typer.Typer) -> None:
         With --estimate: what a run will fetch, store and take, per subset."""
         if estimate:
             from ..tasks.catalog import parse_storage_options
-            from .cli_estimate import apply_trainer, print_estimate, run_estimate
+            from .cli_estimate import print_estimate, run_estimate
+            from .cli_options import with_trainer
 
             options = {
                 "subsets": tuple(subset or ()),
@@ -143,7 +144,7 @@ def register(app: typer.Typer) -> None:
             result, versus = run_estimate(
                 release=release,
                 out=out,
-                options=apply_trainer(ctx, trainer, options),
+                options=with_trainer(ctx, trainer, options),
                 probe_sample=probe_sample,
                 decode_sample=decode_sample,
                 seed=seed,

@@ -14,21 +14,6 @@ __all__ = ["print_estimate", "run_estimate"]
 console = Console()
 
 
-def apply_trainer(ctx: typer.Context, trainer: str | None, options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` with the ``--trainer`` preset's values for every knob not given on the command line
-    (as ``vlmforge run --trainer`` does)."""
-    from ..schemas.trainers import TRAINERS
-
-    if trainer is None:
-        return options
-    if trainer not in TRAINERS:
-        raise typer.BadParameter(
-            f"unknown trainer {trainer!r}; known: {', '.join(TRAINERS)}", param_hint="--trainer"
-        )
-    given = {k for k in options if getattr(ctx.get_parameter_source(k), "name", "DEFAULT") != "DEFAULT"}
-    return options | {k: v for k, v in TRAINERS[trainer].items() if k not in given}
-
-
 def run_estimate(
     *,
     release: str,
