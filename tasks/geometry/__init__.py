@@ -3,7 +3,7 @@ from __future__ import annotations
 from .families import family_of
 from .families.model_family import ExpandedText, VideoSpec
 from .families.qwen import VIDEO_PAD, VIDEO_PLACEHOLDER
-from .families.qwen_video import timestamp_text, video_timestamps
+from .families.qwen_video import qvu_smart_resize, timestamp_text, video_timestamps
 from .frame_sampling import np_linspace_round
 from .media_tokens import image_tokens, sample_video_frames, video_tokens
 from .model_geometry import ModelGeometry, geometry_of
@@ -21,6 +21,7 @@ __all__ = [
     "geometry_of",
     "image_tokens",
     "load_preset",
+    "qvu_smart_resize",
     "np_linspace_round",
     "sample_video_frames",
     "smart_resize",

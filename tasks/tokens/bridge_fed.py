@@ -39,6 +39,7 @@ from ..geometry import (
     VIDEO_PAD,
     VIDEO_PLACEHOLDER,
     np_linspace_round,
+    qvu_smart_resize,
     smart_resize,
     timestamp_text,
     video_timestamps,
@@ -103,23 +104,6 @@ class FedVideo:
     frames: int
     indices: list[int]
     fps: float | None
-
-
-def qvu_smart_resize(
-    height: int, width: int, factor: int, min_pixels: float, max_pixels: float
-) -> tuple[int, int]:
-    """qwen-vl-utils 0.0.14 ``smart_resize`` (``max(factor, round)`` first; no clamp after the floor)."""
-    h_bar = max(factor, round(height / factor) * factor)
-    w_bar = max(factor, round(width / factor) * factor)
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        h_bar = math.floor(height / beta / factor) * factor
-        w_bar = math.floor(width / beta / factor) * factor
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
 
 
 def _fetch_image_size(height: int, width: int, patch: int) -> tuple[int, int]:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import typer
 
-from vlmforge.flows.cli import _with_trainer, app
+from vlmforge.flows.cli import app
+from vlmforge.flows.cli_options import with_trainer
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.trainers import TRAINERS
 
@@ -18,7 +19,7 @@ def _applied(*args: str) -> RunConfig:
     ctx = RUN.make_context("run", ["R", "--out", "O", *args])
     names = {key for preset in TRAINERS.values() for key in preset}
     options = {"release": "R", "out": "O"} | {k: ctx.params[k] for k in names}
-    return RunConfig.of(**_with_trainer(ctx, ctx.params["trainer"], options))
+    return RunConfig.of(**with_trainer(ctx, ctx.params["trainer"], options))
 
 
 def test_every_preset_names_run_options_and_validates() -> None:

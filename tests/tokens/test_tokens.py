@@ -14,7 +14,7 @@ from vlmforge.schemas.presets import ModelPreset, list_presets
 from vlmforge.tasks.geometry.families.model_family import VideoSpec
 from vlmforge.tasks.geometry.families.qwen import IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER
 from vlmforge.tasks.geometry.families.qwen_video import (
-    _qvu_smart_resize,
+    qvu_smart_resize,
     timestamp_text,
     video_timestamps,
 )
@@ -109,7 +109,7 @@ def test_image_tokens_grid_consistency(q3: ModelPreset) -> None:
 
 def test_bridge_double_resize(q25: ModelPreset, q3: ModelPreset) -> None:
     # qwen-vl-utils image pre-resize at factor 28 (4..16384 tokens), then the processor with Bridge min/max
-    pre = _qvu_smart_resize(1984, 1498, 28, 4 * 28 * 28, 16384 * 28 * 28, 200)
+    pre = qvu_smart_resize(1984, 1498, 28, 4 * 28 * 28, 16384 * 28 * 28, 200)
     assert pre == (1988, 1512)
     assert (image_tokens(q3, 1984, 1498, **MB).tokens, image_tokens(q3, *pre, **MB).tokens) == (972, 945)
     assert (image_tokens(q25, 1984, 1498, **MB).tokens, image_tokens(q25, *pre, **MB).tokens) == (1271, 1271)

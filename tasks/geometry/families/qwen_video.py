@@ -50,8 +50,13 @@ def _video_bounds(preset: ModelPreset) -> tuple[int, int]:
 # ----------------------------------------------------------------------------------- qwen-vl-utils 0.0.14
 
 
-def _qvu_smart_resize(
-    height: int, width: int, factor: int, min_pixels: float, max_pixels: float, aspect_ratio_limit: float
+def qvu_smart_resize(
+    height: int,
+    width: int,
+    factor: int,
+    min_pixels: float,
+    max_pixels: float,
+    aspect_ratio_limit: float = 200,
 ) -> tuple[int, int]:
     """qwen-vl-utils 0.0.14 ``smart_resize``: ``max(factor, ...)`` on the rounding, none after the floor."""
     if max_pixels < min_pixels:
@@ -113,7 +118,7 @@ class QwenVLUtilsSampler(QwenVideoSampler):
         max_px = max(cap, int(min_px * 1.05))
         if max_pixels is not None:
             max_px = min(max_pixels, max_px)
-        return _qvu_smart_resize(height, width, preset.factor, min_px, max_px, preset.aspect_ratio_limit)
+        return qvu_smart_resize(height, width, preset.factor, min_px, max_px, preset.aspect_ratio_limit)
 
 
 # ----------------------------------------------------------------------------------- transformers Qwen3-VL
