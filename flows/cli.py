@@ -84,6 +84,13 @@ def run(
         list[str] | None,
         typer.Option("--recipes", help="folder of <subset>.yaml media recipes, before catalog/ (repeatable)"),
     ] = None,
+    env_allow: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--env-allow",
+            help="environment variable a recipe may read as ${NAME} (repeatable; its value is masked)",
+        ),
+    ] = None,
     fetch_concurrency: Annotated[int, typer.Option(help="fetch threads per batch")] = 16,
     fetch_per_host: Annotated[
         int,
@@ -182,6 +189,7 @@ def run(
             allowed_url_schemes=tuple(allow_url_scheme or ()),
             store=store,
             catalogs=tuple(recipes or ()),
+            env_allow=tuple(env_allow or ()),
             fetch_concurrency=fetch_concurrency,
             fetch_per_host=fetch_per_host,
             fetch_batch_timeout=fetch_batch_timeout,

@@ -83,6 +83,11 @@ class FetchOptions(_Options):
     fetch_batch_timeout: float | None = Field(default=3600.0, gt=0)
     # Wall-clock bound of one HTTP request: connect, status line, headers, redirects and body together.
     fetch_request_timeout: float = Field(default=300.0, gt=0)
+    # Environment variables recipes may read as ${NAME} (--env-allow; tasks/fetch/recipe_env.py), like the
+    # variables' values themselves not fingerprinted: they say where media come from, not what they are.
+    env_allow: tuple[str, ...] = ()
+
+    _env_tuple = field_validator("env_allow", mode="before")(_tuples)
 
 
 class MediaOptions(_Options):

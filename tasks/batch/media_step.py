@@ -85,7 +85,9 @@ class MediaStep:
             batch_timeout=self.cfg.fetch.fetch_batch_timeout,
             host_share=self.host_share,
         )
-        context = FetchContext(self.entry.path, self.entry.media_tars, self.cfg.media.media_roots)
+        context = FetchContext(
+            self.entry.path, self.entry.media_tars, self.cfg.media.media_roots, self.cfg.fetch.env_allow
+        )
         users: dict[str, list[tuple[MediaRef, Record]]] = {}
         for record in wanted:
             for m in record.media:

@@ -31,6 +31,7 @@ from .client import HttpClient, HttpOptions
 from .failures import NO_SOURCE, NOT_FOUND, FetchError
 from .options import FetchContext, FetchOptions
 from .outcomes import FetchOutcome, FetchResult, FetchStats, Located, final_failure
+from .recipe_env import bind_environment
 from .recipe_files import check_ready
 from .release import MissingMedia, read_location
 from .sources import SOURCES
@@ -71,6 +72,7 @@ def fetch_batch(
     failures are outcomes.
     """
     check_ready(recipe, allow_draft)
+    recipe = bind_environment(recipe, (context or FetchContext()).env_allow)
     options = options or FetchOptions()
     if options.concurrency < 1:
         raise ConfigError("fetch concurrency must be at least 1")

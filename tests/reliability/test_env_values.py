@@ -1,0 +1,87 @@
+"""``${NAME}`` in recipes: only where the schema allows it (the start of a location, a whole storage option
+value), only for variables the user allows, and the value is a secret wherever it goes."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from vlmforge.schemas.recipes import fill, parse_recipe
+from vlmforge.schemas.redact import redact
+from vlmforge.tasks.fetch.recipe_env import bind_environment
+
+PLANTED = "PLANTEDc0ffee42"
+
+
+def recipe(**source: object) -> object:
+    return parse_recipe({"subset": "s", "license": "MIT", "sources": [source]})
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        {"kind": "http_files", "url": "http://127.0.0.1:8765/${PLANTED}/{name}"},
+        {"kind": "http_files", "url": "https://h.example/{name}?token=${PLANTED}"},
+        {"kind": "http_files", "url": "${A}${B}/{name}"},
+        {"kind": "http_files", "url": "${MIRROR}x/{name}"},
+        {"kind": "archive", "url": "https://h.example/a.zip", "member": "${PLANTED}/{ref}"},
+        {"kind": "s3", "url": "s3://${PLANTED}/{name}"},
+        {"kind": "hf", "repo": "o/n", "revision": "r", "path": "${PLANTED}/{ref}"},
+        {"kind": "local", "root": "/data/${PLANTED}"},
+        {"kind": "local", "root": "/data", "path": "${PLANTED}/{ref}"},
+        {"kind": "local", "root": "/data", "storage_options": {"key": "x-${PLANTED}"}},
+        {
+            "kind": "archive",
+            "url": "s3://b/a.tar",
+            "storage_options": {"client_kwargs": {"k": "a${PLANTED}"}},
+        },
+    ],
+)
+def test_a_variable_where_the_schema_does_not_allow_one_is_refused(source: dict[str, object]) -> None:
+    with pytest.raises(ValidationError) as info:
+        recipe(**source)
+    assert "environment variable" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        {"kind": "http_files", "url": "${MIRROR}/{name}"},
+        {"kind": "archive", "url": "${MAPQA_ZIPS}/MapQA_{name}.zip"},
+        {"kind": "local", "root": "${COCO_ROOT}", "path": "train2017/{name}"},
+        {"kind": "local", "root": "${COCO_ROOT}/train2017"},
+        {
+            "kind": "archive",
+            "url": "s3://b/a.tar",
+            "storage_options": {"key": "${KEY}", "secret": "${SECRET}"},
+        },
+    ],
+)
+def test_allowed_placements_pass(source: dict[str, object]) -> None:
+    recipe(**source)
+
+
+def test_only_allowed_variables_are_expanded_and_the_value_is_a_secret() -> None:
+    r = recipe(kind="http_files", url="${VF_MIRROR}/{name}")
+    env = {"VF_MIRROR": f"http://127.0.0.1:9/{PLANTED}", "OTHER": "x"}
+    unbound = bind_environment(r, (), env)  # type: ignore[arg-type]
+    with pytest.raises(Exception, match=r"--env-allow VF_MIRROR"):
+        fill(unbound.sources[0].url, {"name": "a.jpg"})  # type: ignore[union-attr]
+    bound = bind_environment(r, ("VF_MIRROR",), env)  # type: ignore[arg-type]
+    url = fill(bound.sources[0].url, {"name": "a.jpg"})  # type: ignore[union-attr]
+    assert url == f"http://127.0.0.1:9/{PLANTED}/a.jpg"
+    assert redact(f"GET {url} failed") == "GET ${VF_MIRROR}/a.jpg failed"
+    assert PLANTED not in repr(r)  # the parsed recipe never holds the value
+
+
+def test_storage_options_are_expanded_whole() -> None:
+    r = recipe(kind="archive", url="s3://b/a.tar", storage_options={"key": "${VF_KEY}", "anon": False})
+    bound = bind_environment(r, ("VF_KEY",), {"VF_KEY": "AKIAPLANTED1234"})  # type: ignore[arg-type]
+    assert bound.sources[0].storage_options == {"key": "AKIAPLANTED1234", "anon": False}  # type: ignore[union-attr]
+    assert "AKIAPLANTED1234" not in redact("credential AKIAPLANTED1234 refused")
+
+
+def test_a_value_with_braces_is_text_not_a_template() -> None:
+    r = recipe(kind="local", root="${VF_ROOT}", path="{name}")
+    bound = bind_environment(r, ("VF_ROOT",), {"VF_ROOT": "/data/{ref}"})  # type: ignore[arg-type]
+    assert fill(bound.sources[0].root, {"name": "a", "ref": "x"}) == "/data/{ref}"  # type: ignore[union-attr,arg-type]
