@@ -275,7 +275,7 @@ class HttpClient:
                 return result
             except FetchError as err:
                 if watch.expired and err.failure != TIMEOUT:
-                    phase = "answer or body" if r is None else "body"
+                    phase = "status line or headers" if r is None else "body"
                     raise FetchError(
                         TIMEOUT, self._deadline_words(f"{phase} still arriving"), url=url
                     ) from None

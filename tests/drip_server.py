@@ -7,13 +7,23 @@ client's thread to let go of the socket instead of sleeping."""
 
 from __future__ import annotations
 
+import io
 import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from types import TracebackType
 
-JPEG = b"\xff\xd8\xff\xe0" + bytes(range(256)) * 8
+
+def _jpeg() -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.effect_noise((64, 64), 60).convert("RGB").save(buf, "JPEG", quality=90)
+    return buf.getvalue()
+
+
+JPEG = _jpeg()  # a real image, so a run's media stage accepts /ok.jpg
 
 
 @dataclass
@@ -22,6 +32,12 @@ class Conn:
     opened: float = 0.0
     sent: int = 0
     closed: threading.Event = field(default_factory=threading.Event)  # the client hung up
+    closed_at: float = 0.0
+
+    @property
+    def held(self) -> float:
+        """Seconds the client held the connection (until now while it is open)."""
+        return (self.closed_at if self.closed.is_set() else time.monotonic()) - self.opened
 
 
 class DripServer:
@@ -81,6 +97,7 @@ class DripServer:
         except OSError:
             pass
         finally:
+            conn.closed_at = time.monotonic()
             conn.closed.set()
             sock.close()
 
