@@ -101,6 +101,23 @@ def env_placement_problem(field: str, value: str, *, location: bool) -> str | No
     )
 
 
+_HEADER_NAME_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+_HEADER_ENV_RE = re.compile(r"^(?:[A-Za-z]+ )?\$\{[A-Za-z_][A-Za-z0-9_]*\}$")  # "${T}" or "Bearer ${T}"
+RESERVED_HEADERS = frozenset({"host", "range", "user-agent", "accept-encoding", "content-length"})
+
+
+def header_problem(name: str, value: str) -> str | None:
+    """Why a recipe's request header is refused, or None: a valid name not set by the client itself, no
+    control characters, and ``${NAME}`` only as the whole value or after one word (``Bearer ${TOKEN}``)."""
+    if not _HEADER_NAME_RE.match(name) or name.lower() in RESERVED_HEADERS:
+        return f"header {bounded(name)} is not a header a recipe may set"
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return f"header {name}: control characters in its value"
+    if "${" in value and not _HEADER_ENV_RE.match(value):
+        return f"header {name}: an environment variable is the whole value or follows one word"
+    return None
+
+
 def bounded(value: str, limit: int = 80) -> str:
     """``repr(value)`` of at most ``limit`` characters (cut before it is built)."""
     return repr(value[:limit]) + ("..." if len(value) > limit else "")
@@ -233,6 +250,19 @@ class HttpFilesSource(_SourceBase):
     url: str = Field(description="URL template, e.g. https://host/images/{name}")
     max_concurrency: int | None = Field(default=None, gt=0, description="requests in flight to this host")
     redirects: RedirectPolicy = Field(default="same_host", description=REDIRECTS_FIELD_HELP)
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="request headers sent to the url's own host only, e.g. Authorization: Bearer ${TOKEN}",
+    )
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, value in v.items():
+            problem = header_problem(name, value)
+            if problem:
+                raise ValueError(problem)
+        return v
 
     @model_validator(mode="after")
     def _templates(self) -> HttpFilesSource:

@@ -39,6 +39,11 @@ def bind_environment(
             value = getattr(source, field, None)
             if isinstance(value, str) and "${" in value:
                 updates[field] = _expand(value, allowed, env, template=True)
+        headers = getattr(source, "headers", None)
+        if headers:
+            expanded_headers = {k: _expand(v, allowed, env, template=False) for k, v in headers.items()}
+            if expanded_headers != headers:
+                updates["headers"] = expanded_headers
         options = getattr(source, "storage_options", None)
         if options:
             expanded = _expand_options(options, allowed, env)

@@ -3,7 +3,10 @@ value), only for variables the user allows, and the value is a secret wherever i
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from http_fixture import Fault, HttpFixture
 from pydantic import ValidationError
 
 from vlmforge.schemas.recipes import fill, parse_recipe
@@ -85,3 +88,62 @@ def test_a_value_with_braces_is_text_not_a_template() -> None:
     r = recipe(kind="local", root="${VF_ROOT}", path="{name}")
     bound = bind_environment(r, ("VF_ROOT",), {"VF_ROOT": "/data/{ref}"})  # type: ignore[arg-type]
     assert fill(bound.sources[0].root, {"name": "a", "ref": "x"}) == "/data/{ref}"  # type: ignore[union-attr,arg-type]
+
+
+@pytest.mark.parametrize(
+    ("headers", "ok"),
+    [
+        ({"Authorization": "Bearer ${VF_TOKEN}"}, True),
+        ({"X-Api-Key": "${VF_TOKEN}"}, True),
+        ({"X-Api-Key": "k-${VF_TOKEN}"}, False),
+        ({"Host": "evil.example"}, False),
+        ({"X-A": "a\r\nHost: evil"}, False),
+    ],
+)
+def test_header_rules(headers: dict[str, str], ok: bool) -> None:
+    source = {"kind": "http_files", "url": "https://h.example/{name}", "headers": headers}
+    if ok:
+        recipe(**source)
+    else:
+        with pytest.raises(ValidationError):
+            recipe(**source)
+
+
+def test_a_token_header_goes_to_its_own_host_only(
+    srv: HttpFixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vlmforge.tasks.fetch.acquire import fetch_batch
+    from vlmforge.tasks.fetch.client import HttpClient, HttpOptions, StaticResolver
+    from vlmforge.tasks.fetch.options import FetchContext
+    from vlmforge.tasks.fetch.outcomes import outcome_columns
+    from vlmforge.tasks.storage import ContentStore
+
+    token = "PLANTEDtok3n" + "x" * 12
+    monkeypatch.setenv("VF_TOKEN", token)
+    with HttpFixture() as other:
+        other.add("/b.jpg", b"\xff\xd8\xff\xe0 other")
+        srv.add("/a.jpg", b"\xff\xd8\xff\xe0 own")
+        srv.add("/b.jpg", b"", Fault("redirect", target=other.url("/b.jpg", host="other.test")))
+        r = parse_recipe(
+            {
+                "subset": "s",
+                "license": "MIT",
+                "sources": [
+                    {
+                        "kind": "http_files",
+                        "url": srv.url("/{name}"),
+                        "headers": {"Authorization": "Bearer ${VF_TOKEN}"},
+                        "redirects": "any_host",
+                    }
+                ],
+            }
+        )
+        client = HttpClient(HttpOptions(retries=0, resolver=StaticResolver({"other.test": "127.0.0.1"})))
+        store = ContentStore(str(tmp_path / "store"))
+        got = fetch_batch(
+            ["a.jpg", "b.jpg"], r, store, client=client, context=FetchContext(env_allow=("VF_TOKEN",))
+        ).outcomes
+        assert got["a.jpg"].ok and got["b.jpg"].ok, got
+        assert srv.requests("/a.jpg")[0].authorization == f"Bearer {token}"
+        assert other.requests("/b.jpg")[0].authorization is None  # never to the host a redirect leads to
+        assert all(token not in str(outcome_columns(o)) for o in got.values())

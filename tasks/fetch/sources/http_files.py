@@ -24,6 +24,7 @@ class HttpFiles:
                 expect_media=True,
                 deadline=run.deadline,
                 redirects=source.redirects,
+                headers=source.headers,
             )
             run.count_bytes(resp.nbytes)
             return resp.attempts
