@@ -78,6 +78,19 @@ def expand_env(text: str) -> str:
     return text
 
 
+def check_expanded(values: Any) -> None:
+    """Raise UnsetVariable when ``values`` (storage options, headers: nested dicts and lists of strings)
+    still name a ``${NAME}``: it was unset or not allowed, and must not reach fsspec or a server literally."""
+    if isinstance(values, str):
+        expand_env(values)
+    elif isinstance(values, dict):
+        for v in values.values():
+            check_expanded(v)
+    elif isinstance(values, list):
+        for v in values:
+            check_expanded(v)
+
+
 def env_names(text: str) -> list[str]:
     """The ``${NAME}`` variables ``text`` names."""
     return _ENV_RE.findall(text)

@@ -147,3 +147,22 @@ def test_a_token_header_goes_to_its_own_host_only(
         assert srv.requests("/a.jpg")[0].authorization == f"Bearer {token}"
         assert other.requests("/b.jpg")[0].authorization is None  # never to the host a redirect leads to
         assert all(token not in str(outcome_columns(o)) for o in got.values())
+
+
+def test_an_unexpanded_header_or_storage_option_skips_its_source(tmp_path: Path) -> None:
+    from vlmforge.tasks.fetch.acquire import fetch_batch
+    from vlmforge.tasks.fetch.client import HttpClient, HttpOptions
+    from vlmforge.tasks.storage import ContentStore
+
+    store = ContentStore(str(tmp_path / "store"))
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "a.jpg").write_bytes(b"\xff\xd8\xff\xe0")
+    sources = [
+        {"kind": "http_files", "url": "http://127.0.0.1:9/{name}", "headers": {"X-Key": "${VF_UNSET_KEY}"}},
+        {"kind": "local", "root": str(tmp_path / "m"), "storage_options": {"key": "${VF_UNSET_KEY}"}},
+        {"kind": "archive", "url": "s3://b/a.tar", "storage_options": {"key": "${VF_UNSET_KEY}"}},
+    ]
+    for source in sources:
+        r = parse_recipe({"subset": "s", "license": "MIT", "sources": [source]})
+        got = fetch_batch(["a.jpg"], r, store, client=HttpClient(HttpOptions(retries=0))).outcomes["a.jpg"]
+        assert got.status == "source_error" and "--env-allow VF_UNSET_KEY" in (got.detail or ""), got
