@@ -16,16 +16,19 @@ TORCH_SOURCE := $(if $(wildcard /opt/wheels/torch-*),--find-links /opt/wheels,--
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.lock pyproject.toml
+	@echo "installing vlmforge and its dependencies into $(VENV) (1-3 min the first time; quiet meanwhile)"
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check uv
 	$(UV) pip install -q --python $(PY) --compile-bytecode $(TORCH_SOURCE) -r requirements.lock
 	$(UV) pip install -q --python $(PY) --no-deps -e .
 	touch $@
+	@echo "installed: call the CLI as $(VENV)/bin/vlmforge, or run: source $(VENV)/bin/activate"
 
 demo: setup
 	$(VENV)/bin/vlmforge sample-release sample-release --overwrite
 	$(VENV)/bin/vlmforge run sample-release --out out/demo --max-reject-rate 0.9
 	$(VENV)/bin/vlmforge query out/demo "SELECT subset, status, count(*) AS samples, sum(total_tokens) AS tokens FROM samples GROUP BY ALL ORDER BY ALL"
+	@echo "next: $(VENV)/bin/vlmforge --help (or source $(VENV)/bin/activate, then vlmforge ...); README.md, 'Two commands'"
 
 test: setup
 	$(PY) -m pytest -q

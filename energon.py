@@ -109,7 +109,7 @@ def decode_video_frames(video: Any, part: dict | None = None) -> Any:
     import torch
     from megatron.energon.av import AVDecoder, get_single_frames_uniform
 
-    from .tasks.media.video import display_rotation
+    from .tasks.media import display_rotation
 
     decoder = video if isinstance(video, AVDecoder) else AVDecoder(io.BytesIO(bytes(video)))
     info = part or {}

@@ -139,10 +139,10 @@ def _vlmforge_batch(args: tuple[list[str], str, int, int]) -> tuple[int, int]:
     urls, store_dir, max_pixels, threads = args
     from vlmforge.schemas.recipes import parse_recipe
     from vlmforge.tasks.fetch.acquire import FetchStream, read_outcome
-    from vlmforge.tasks.fetch.options import FetchOptions
+    from vlmforge.tasks.fetch.options import FetchKnobs
+    from vlmforge.tasks.geometry.resize_rule import smart_resize
     from vlmforge.tasks.media.image import process_image
     from vlmforge.tasks.storage import ContentStore, sha256_bytes
-    from vlmforge.tasks.tokens.resize import smart_resize
 
     base = urls[0].rsplit("/", 1)[0]
     recipe = parse_recipe(
@@ -154,7 +154,7 @@ def _vlmforge_batch(args: tuple[list[str], str, int, int]) -> tuple[int, int]:
     )
     store = ContentStore(store_dir)
     stream = FetchStream(
-        [u.rsplit("/", 1)[1] for u in urls], recipe, store, options=FetchOptions(concurrency=threads)
+        [u.rsplit("/", 1)[1] for u in urls], recipe, store, options=FetchKnobs(concurrency=threads)
     )
     ok = 0
     for o in stream:
@@ -209,7 +209,7 @@ def zip_range_read(srv: object, jpegs: list[bytes], fraction: float, tmp: Path) 
 
     from vlmforge.schemas.recipes import parse_recipe
     from vlmforge.tasks.fetch.acquire import fetch_batch
-    from vlmforge.tasks.fetch.options import FetchOptions
+    from vlmforge.tasks.fetch.options import FetchKnobs
     from vlmforge.tasks.storage import ContentStore
 
     assert isinstance(srv, HttpFixture)
@@ -230,7 +230,7 @@ def zip_range_read(srv: object, jpegs: list[bytes], fraction: float, tmp: Path) 
         }
     )
     t0 = time.perf_counter()
-    res = fetch_batch(refs, recipe, ContentStore(str(tmp / "zip-store")), options=FetchOptions(concurrency=8))
+    res = fetch_batch(refs, recipe, ContentStore(str(tmp / "zip-store")), options=FetchKnobs(concurrency=8))
     wall = time.perf_counter() - t0
     member_bytes = sum(len(jpegs[int(r[:12])]) for r in refs)
     return {

@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 
-from vlmforge.schemas.manifests import MEDIA, SAMPLES  # noqa: E402
+from vlmforge.schemas.tables import MEDIA, SAMPLES
 from vlmforge.tasks.gate.check import run_gate  # noqa: E402
 from vlmforge.tasks.gate.profiles import ManifestParts  # noqa: E402
 from vlmforge.tasks.manifests import OutputLayout  # noqa: E402

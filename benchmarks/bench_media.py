@@ -189,7 +189,7 @@ def make_videos(folder: Path, n: int) -> list[Path]:
 
 
 def smart_resize(height: int, width: int, max_pixels: int) -> tuple[int, int]:
-    from vlmforge.tasks.tokens.resize import smart_resize as sr
+    from vlmforge.tasks.geometry.resize_rule import smart_resize as sr
 
     return sr(height, width, FACTOR, MIN_PIXELS, max_pixels)
 
@@ -228,7 +228,7 @@ _VLMFORGE_WORKER = (
     + """
 import json, sys, time
 from vlmforge.tasks.media.image import process_image
-from vlmforge.tasks.tokens.resize import smart_resize
+from vlmforge.tasks.geometry.resize_rule import smart_resize
 spec = json.load(open(sys.argv[1]))
 max_pixels, fmt = spec["max_pixels"], spec["image_format"]
 target = lambda h, w: smart_resize(h, w, 28, 3136, max_pixels)
@@ -291,7 +291,7 @@ _RSS_VLMFORGE = (
     + """
 import json, resource, sys, time
 from vlmforge.tasks.media.image import process_image
-from vlmforge.tasks.tokens.resize import smart_resize
+from vlmforge.tasks.geometry.resize_rule import smart_resize
 max_pixels = int(sys.argv[2])
 data = open(sys.argv[1], "rb").read()
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -328,11 +328,13 @@ _VIDEO_WORKER = (
     _PIN
     + """
 import json, sys, time
-from vlmforge.schemas.presets import load_preset
+from vlmforge.tasks.geometry import load_preset
 from vlmforge.tasks.media.video import probe_video
-from vlmforge.tasks.tokens.count import sample_video_frames
-from vlmforge.tasks.media.frames import model_frame_size, sample_frames
+from vlmforge.schemas.config import MediaOptions, TokenOptions
+from vlmforge.tasks.geometry import ModelGeometry, sample_video_frames
+from vlmforge.tasks.media.frames import sample_frames
 preset = load_preset("qwen2_5_vl")
+frame_size = ModelGeometry.of(preset, TokenOptions(), MediaOptions()).frame_size
 choose = lambda n, fps: sample_video_frames(preset, n, fps)
 datas = [open(p, "rb").read() for p in json.load(open(sys.argv[1]))]
 out = {}
@@ -343,7 +345,7 @@ for mode in ("keep", "frames"):
             r = probe_video(data, choose_frames=choose, timeout_s=120)
             frames += len(r.sampled_indices)
         else:
-            r = sample_frames(data, choose_frames=choose, frame_size=model_frame_size(preset),
+            r = sample_frames(data, choose_frames=choose, frame_size=frame_size,
                               timeout_s=120).video
             frames += len(r.sampled_indices)
         assert r.status == "ok", (r.reason, r.detail)

@@ -39,7 +39,7 @@ import fsspec
 
 from vlmforge.schemas.records import MediaRef, Message, Part, Record, Reject
 from vlmforge.tasks.catalog.scan import scan_subset_jsonl
-from vlmforge.tasks.parse.batch import parse_batch
+from vlmforge.tasks.parse.jsonl_batch import parse_batch
 
 WORDS = (
     "the a chart shows value of total year revenue page table figure document what is in image left right "
@@ -313,7 +313,7 @@ def run(path: Path, batch_lines: int) -> list[tuple[str, float, int]]:
 def _rss_child(mode: str, path: str) -> int:
     code = (
         "import resource, sys, fsspec\n"
-        "from vlmforge.tasks.parse.batch import iter_records\n"
+        "from vlmforge.tasks.parse.parse_batch import iter_records\n"
         "from vlmforge.tasks.catalog.scan import scan_subset_jsonl\n"
         f"mode, path = {mode!r}, {path!r}\n"
         "if mode == 'parse':\n"

@@ -135,9 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
 
-    from vlmforge.schemas.presets import load_preset
+    from vlmforge.tasks.geometry.media_tokens import image_tokens, image_tokens_batch
+    from vlmforge.tasks.geometry.preset_loading import load_preset
     from vlmforge.tasks.ops.plan.ffd import first_fit_decreasing
-    from vlmforge.tasks.tokens.count import image_tokens, image_tokens_batch
     from vlmforge.tasks.tokens.text import TextTokenizer, render_chat
 
     preset = load_preset("qwen2_5_vl")

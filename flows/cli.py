@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..tasks.errors import ConfigError, VlmforgeError
+from .cli_options import config_options, with_config_options
 from .runtime import apply_quiet_env
 
 apply_quiet_env()
@@ -45,203 +46,71 @@ Examples:
 
 
 @app.command(epilog=RUN_EXAMPLES)
+@config_options(skip=("release",))
 def run(
     ctx: typer.Context,
     release: Annotated[str, typer.Argument(help="release folder or fsspec URL (one folder per subset)")],
-    out: Annotated[str, typer.Option("--out", "-o", help="output folder")],
-    source_format: Annotated[
-        str,
-        typer.Option(
-            "--format", help="layout of RELEASE: nemotron | mantis | infovqa | llava_video (staged first)"
-        ),
-    ] = "nemotron",
-    config: Annotated[
-        list[str] | None,
-        typer.Option("--config", help="only this config of a --format source (repeatable; default: all)"),
-    ] = None,
-    subset: Annotated[
-        list[str] | None, typer.Option("--subset", help="only this subset (repeatable)")
-    ] = None,
-    media_root: Annotated[
-        list[str] | None, typer.Option("--media-root", help="folder searched first for media (repeatable)")
-    ] = None,
-    storage_option: Annotated[
-        list[str] | None,
-        typer.Option("--storage-option", help="fsspec option of the release, key=value (repeatable)"),
-    ] = None,
-    license_allow: Annotated[
-        list[str] | None,
-        typer.Option(help="only subsets under these licenses (SPDX ids or patterns, comma-separated)"),
-    ] = None,
-    allow_url_scheme: Annotated[
-        list[str] | None,
-        typer.Option("--allow-url-scheme", help="media references may be URLs of this scheme (repeatable)"),
-    ] = None,
-    store: Annotated[
-        str | None, typer.Option(help="content-addressed media store, any fsspec URL (default OUT/store)")
-    ] = None,
-    recipes: Annotated[
-        list[str] | None,
-        typer.Option("--recipes", help="folder of <subset>.yaml media recipes, before catalog/ (repeatable)"),
-    ] = None,
-    env_allow: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--env-allow",
-            help="environment variable a recipe may read as ${NAME} (repeatable; its value is masked)",
-        ),
-    ] = None,
-    fetch_concurrency: Annotated[int, typer.Option(help="fetch threads per batch")] = 16,
-    fetch_per_host: Annotated[
-        int,
-        typer.Option(
-            help="requests in flight per upstream host across the run (the batches fetching at once split "
-            "it; each keeps at least 1)"
-        ),
-    ] = 32,
-    fetch_batch_timeout: Annotated[
-        float, typer.Option(help="seconds one batch may spend fetching; what is unfinished ends as timeout")
-    ] = 3600.0,
-    fetch_request_timeout: Annotated[
-        float,
-        typer.Option(help="seconds one HTTP request may take: connect, headers, redirects and body together"),
-    ] = 300.0,
     trainer: Annotated[
         str | None,
         typer.Option(
             help="set --model and the knobs to what this trainer's data path does (bridge-qwen2.5-vl | "
-            "bridge-qwen3-vl; table in README); options given explicitly override the trainer's values"
+            "bridge-qwen3-vl; table in README); options given explicitly override the trainer's values",
+            rich_help_panel="Model and knobs",
         ),
     ] = None,
-    model: Annotated[str, typer.Option(help="model preset for token counts and resize")] = "qwen2_5_vl",
-    model_dir: Annotated[
-        str | None, typer.Option(help="local model folder: its preprocessor_config.json overrides the preset")
-    ] = None,
-    tokenizer: Annotated[str | None, typer.Option(help="tokenizer.json or model folder")] = None,
-    max_pixels: Annotated[int | None, typer.Option(help="resize images above this many pixels")] = None,
-    min_pixels: Annotated[int | None, typer.Option(help="model min pixels (default: preset)")] = None,
-    max_num_images: Annotated[int | None, typer.Option(help="drop samples with more images")] = None,
-    max_num_frames: Annotated[int | None, typer.Option(help="cap sampled frames per video")] = None,
-    frames_mode: Annotated[str, typer.Option(help="uniform | truncate (over --max-num-frames)")] = "uniform",
-    max_visual_tokens: Annotated[
-        int | None, typer.Option(help="drop samples with more visual tokens")
-    ] = None,
-    seq_len: Annotated[int | None, typer.Option(help="drop samples longer than this")] = None,
-    seq_len_mode: Annotated[
-        str, typer.Option(help="drop | truncate (cut text after the last visual token, keep a target)")
-    ] = "drop",
-    min_image_side: Annotated[int, typer.Option(help="reject images with a shorter side (too_small)")] = 1,
-    video_mode: Annotated[
-        str, typer.Option(help="keep (video bytes, decoded in training) | frames (sampled frames as images)")
-    ] = "keep",
-    video_max_pixels: Annotated[
-        int | None, typer.Option(help="--video-mode frames: cap on each frame's pixels")
-    ] = None,
-    max_image_pixels: Annotated[
-        int, typer.Option(help="decompression-bomb limit, checked from the header")
-    ] = 256_000_000,
-    image_format: Annotated[str, typer.Option(help="keep | jpeg | webp | png")] = "keep",
-    accept_image_format: Annotated[
-        list[str] | None,
+    wait_lock: Annotated[
+        bool,
         typer.Option(
-            "--accept-image-format",
-            help="also accept images in this Pillow format (XPM, FITS, ...; repeatable; list in README)",
+            help="another run holds --out: wait for it to end instead of refusing",
+            rich_help_panel="Execution",
         ),
-    ] = None,
-    val_fraction: Annotated[float, typer.Option(help="share of samples in the val split")] = 0.0,
-    max_reject_rate: Annotated[float, typer.Option(help="gate: highest reject rate a subset may have")] = 0.5,
-    skip_gate: Annotated[bool, typer.Option(help="publish without the quality gate (debugging)")] = False,
-    gate_overrides: Annotated[
-        str | None, typer.Option(help="JSON file of per-subset gate parameters")
-    ] = None,
-    shard_size: Annotated[str, typer.Option(help="target bytes per shard (1GB, 500MB, ...)")] = "1GB",
-    shard_max_samples: Annotated[int, typer.Option(help="samples per shard at most")] = 10_000,
-    sample_format: Annotated[
-        str,
-        typer.Option(
-            help="bridge (Megatron-Bridge's ChatMLWebdataset: images and sampled frames, pickled) | crude "
-            "(CrudeWebdataset + vlmforge's cooker: media parts as stored, video bytes with frame_indices)"
-        ),
-    ] = "bridge",
-    batch_lines: Annotated[
-        int, typer.Option(help="JSONL lines per batch at most (the unit of work; media cap it sooner)")
-    ] = 10_000,
-    ray_address: Annotated[str | None, typer.Option(help="existing Ray cluster (default: local)")] = None,
-    num_cpus: Annotated[int | None, typer.Option(help="CPUs for the local Ray")] = None,
+    ] = False,
+    **options: Any,
 ) -> None:
     """Catalog, parse, verify media, count tokens, gate and write Energon shards."""
     from ..schemas.config import RunConfig
-    from ..tasks.catalog.refresh import parse_license_allow
-    from ..tasks.catalog.storage_options import parse_storage_options
-    from ..tasks.media.formats import accepted_image_formats
-    from ..tasks.publish.rolling import parse_size
+    from ..tasks.media import accepted_image_formats
 
     try:
-        options = dict(
-            release=release,
-            out=out,
-            source_format=source_format,
-            source_configs=tuple(config or ()),
-            subsets=tuple(subset or ()),
-            media_roots=tuple(media_root or ()),
-            storage_options=parse_storage_options(storage_option),
-            license_allow=tuple(parse_license_allow(license_allow)),
-            allowed_url_schemes=tuple(allow_url_scheme or ()),
-            store=store,
-            catalogs=tuple(recipes or ()),
-            env_allow=tuple(env_allow or ()),
-            fetch_concurrency=fetch_concurrency,
-            fetch_per_host=fetch_per_host,
-            fetch_batch_timeout=fetch_batch_timeout,
-            fetch_request_timeout=fetch_request_timeout,
-            model=model,
-            model_dir=model_dir,
-            tokenizer=tokenizer,
-            max_pixels=max_pixels,
-            min_pixels=min_pixels,
-            max_num_images=max_num_images,
-            max_num_frames=max_num_frames,
-            frames_mode=frames_mode,
-            max_visual_tokens=max_visual_tokens,
-            seq_len=seq_len,
-            seq_len_mode=seq_len_mode,
-            min_image_side=min_image_side,
-            video_mode=video_mode,
-            video_max_pixels=video_max_pixels,
-            max_image_pixels=max_image_pixels,
-            image_format=image_format,
-            extra_image_formats=tuple(accept_image_format or ()),
-            val_fraction=val_fraction,
-            max_reject_rate=max_reject_rate,
-            skip_gate=skip_gate,
-            gate_overrides=gate_overrides,
-            shard_max_bytes=parse_size(shard_size),
-            shard_max_samples=shard_max_samples,
-            sample_format=sample_format,
-            batch_lines=batch_lines,
-            ray_address=ray_address,
-            num_cpus=num_cpus,
-        )
-        cfg = RunConfig.of(**_with_trainer(ctx, trainer, options))
+        given = with_config_options(options) | {"release": release}
+        cfg = RunConfig.of(**_with_trainer(ctx, trainer, given))
         accepted_image_formats(cfg.media.extra_image_formats)  # an unknown format name fails here
     except Exception as exc:  # pydantic ValidationError: say which option and why
         raise typer.BadParameter(str(exc)) from None
-    from ..schemas.presets import load_preset
+    from .preflight import preflight_run
     from .runtime import LoopbackRayTaskRunner, embedded_runtime
 
-    load_preset(cfg.tokens.model, cfg.tokens.model_dir)  # an unknown model fails before any service starts
+    # every mistake that can be found before Prefect and Ray start is found here (one line, exit 2)
+    cfg = preflight_run(cfg, say=_note)
     from .progress import terminal_progress
     from .summary import print_summary
 
     for name in ("prefect.flow_runs", "prefect.task_runs"):
         logging.getLogger(name).addFilter(_OwnErrorsWithoutTraceback())
-    runner = LoopbackRayTaskRunner(address=cfg.execution.ray_address, num_cpus=cfg.execution.num_cpus)
-    # The flow's imports and Ray's start run while the Prefect server boots.
-    with embedded_runtime(runner, while_booting=_import_flow), terminal_progress():
-        from .pipeline import run_release
+    from .interrupt import cancels_flow_run, stops_cleanly
+    from .run_banner import prefect_line, ray_line
+    from .run_lock import run_lock
+    from .runtime import configured_api_url
 
-        summary = run_release.with_options(task_runner=runner)(cfg)
+    runner = LoopbackRayTaskRunner(address=cfg.execution.ray_address, num_cpus=cfg.execution.num_cpus)
+    with stops_cleanly("run"), run_lock(cfg.out, wait=wait_lock, say=_note):
+        _note(ray_line(cfg.execution.ray_address, cfg.execution.num_cpus))
+        _note(prefect_line(configured_api_url()))
+        # The flow's imports and Ray's start run while the Prefect server boots.
+        with embedded_runtime(runner, while_booting=_import_flow), terminal_progress():
+            from .pipeline import run_release
+
+            with cancels_flow_run():
+                summary = run_release.with_options(task_runner=runner)(cfg)
+    from .progress_view import process_seconds
+
+    summary.seconds = process_seconds()  # what the user waited, start-up included
     print_summary(summary)
+    if not summary.subsets:  # a license filter or a remote release that left nothing to do
+        err.print(
+            "[red]error:[/red] the run found 0 subsets (see the catalog line; --subset, --license-allow)"
+        )
+        raise typer.Exit(2)
     if summary.failed:
         err.print(f"[red]not published:[/red] {', '.join(summary.failed)} (see the gate column above)")
     if summary.unreadable:
@@ -251,6 +120,11 @@ def run(
         )
     if summary.failed or summary.unreadable:
         raise typer.Exit(1)
+
+
+def _note(line: str) -> None:
+    """A line of the run's own on stderr, as written (paths and URLs are not rich markup)."""
+    err.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def _import_flow() -> None:
@@ -287,7 +161,9 @@ class _OwnErrorsWithoutTraceback(logging.Filter):
 @app.command()
 def query(
     out: Annotated[str, typer.Argument(help="output folder of a run")],
-    sql: Annotated[str, typer.Argument(help="SQL over the views samples, media, subsets, shards")],
+    sql: Annotated[
+        str, typer.Argument(help="SQL over the views samples, media, subsets, shards, plan, runs")
+    ],
     fmt: Annotated[str, typer.Option("--format", help="table | csv | json")] = "table",
     allow_external_access: Annotated[
         bool,
@@ -298,7 +174,7 @@ def query(
     ] = False,
 ) -> None:
     """Run DuckDB SQL over a run's manifests (list and struct columns as JSON in csv and table)."""
-    from ..tasks.ops.query import FORMAT_NAMES, render, run_query, text_rows
+    from ..tasks.ops import FORMAT_NAMES, render, run_query, text_rows
 
     if fmt not in FORMAT_NAMES:
         raise ConfigError(f"--format {fmt!r}: expected one of {', '.join(FORMAT_NAMES)}")
@@ -323,7 +199,7 @@ def sample_release(
     overwrite: Annotated[bool, typer.Option(help="replace dest if it exists")] = False,
 ) -> None:
     """Build the small sample release (real photos and a real video from scikit-image, plus bad input)."""
-    from ..tasks.ops.sample_release.build import build_sample_release
+    from ..tasks.ops import build_sample_release
 
     rel = build_sample_release(dest, overwrite=overwrite)
     console.print(f"sample release: {rel.root} ({len(rel.subsets)} subsets, {rel.total_lines} lines)")
@@ -331,9 +207,9 @@ def sample_release(
 
 def _register_commands() -> None:
     # One module per command family keeps this file about `run`; each adds its commands to `app`.
-    from . import cli_catalog, cli_energon, cli_quality, cli_recipe, cli_server, cli_tokens
+    from . import cli_catalog, cli_energon, cli_quality, cli_recipe, cli_server, cli_tokens, cli_worker
 
-    for module in (cli_catalog, cli_recipe, cli_tokens, cli_energon, cli_quality, cli_server):
+    for module in (cli_catalog, cli_recipe, cli_tokens, cli_energon, cli_quality, cli_server, cli_worker):
         module.register(app)
 
 
@@ -346,6 +222,11 @@ def main() -> None:
     except VlmforgeError as exc:
         if os.environ.get("VLMFORGE_DEBUG"):
             raise
+        from .preflight import EXIT_USAGE, UsageError
+
+        if isinstance(exc, UsageError):  # found before start-up: the line says it all
+            err.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
+            sys.exit(EXIT_USAGE)
         err.print(f"[red]error:[/red] {exc}\n(set VLMFORGE_DEBUG=1 for the traceback)", soft_wrap=True)
         sys.exit(2)
 

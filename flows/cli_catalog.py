@@ -50,9 +50,7 @@ StorageOpt = Annotated[
 def _catalog(
     release: str, subsets: list[str] | None, storage_option: list[str] | None, recipes: str | None, batch: int
 ) -> list[Any]:
-    from ..tasks.catalog.recipe_fingerprints import recipe_fingerprints_from_dir
-    from ..tasks.catalog.release import catalog_release
-    from ..tasks.catalog.storage_options import parse_storage_options
+    from ..tasks.catalog import catalog_release, parse_storage_options, recipe_fingerprints_from_dir
 
     options = parse_storage_options(storage_option)
     fingerprints = None
@@ -161,7 +159,7 @@ def register(app: typer.Typer) -> None:
         dry_run: Annotated[bool, typer.Option(help="print what would change, do nothing")] = False,
     ) -> None:
         """Rerun only subsets whose README, license, JSONL or media recipe changed; unpublish removed ones."""
-        from ..tasks.catalog.refresh import parse_license_allow
+        from ..tasks.catalog import parse_license_allow
 
         allow = parse_license_allow(license_allow)
         if dry_run:  # the plan only: no Prefect, no Ray
@@ -195,12 +193,14 @@ def _apply(
 ) -> None:
     """Run the ``refresh_release`` flow: catalog, plan, unpublish, rerun the changed subsets, metadataset."""
     from ..schemas.config import StorageOptions
-    from ..tasks.catalog.storage_options import parse_storage_options
+    from ..tasks.catalog import parse_storage_options
+    from .interrupt import cancels_flow_run, stops_cleanly
     from .ops import refresh_release
+    from .run_lock import run_lock
     from .runtime import embedded_runtime
 
     options = parse_storage_options(storage_option)
-    with embedded_runtime():
+    with stops_cleanly("refresh"), run_lock(out), embedded_runtime(), cancels_flow_run():
         result = refresh_release(
             release,
             out,

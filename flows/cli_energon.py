@@ -57,8 +57,7 @@ def mix(
     ] = 512,
 ) -> None:
     """Write a MetadatasetV2 training blend over the published subsets and print its shares."""
-    from ..tasks.ops.mix.output import format_mix, write_mix
-    from ..tasks.ops.mix.weights import parse_count
+    from ..tasks.ops import format_mix, parse_count, write_mix
 
     allow = [item.strip() for raw in license_allow or [] for item in raw.split(",") if item.strip()]
     plan = write_mix(
@@ -91,8 +90,7 @@ def validate(
     """Load every dataset back through megatron-energon and the cooker; compare with the manifests.
 
     Exits 1 with a report naming each mismatch."""
-    from ..tasks.publish.report import format_reports
-    from ..tasks.publish.validate import validate_output
+    from ..tasks.publish import format_reports, validate_output
 
     reports = validate_output(
         out, subset or None, sample_limit=sample, num_workers=workers, checksums=checksums

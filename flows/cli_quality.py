@@ -12,13 +12,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from ..tasks.errors import ConfigError
-from ..tasks.gate.report import quality_rows
-from ..tasks.gate.results import RunQuality, load_run
-from ..tasks.gate.suites import SUITES
+from ..tasks.gate import SUITES, RunQuality, load_run, quality_rows
 from ..tasks.manifests import OutputLayout
+from .narrow_tables import add_fixed, add_text, narrow_table
 
 QUALITY_EXAMPLES = """
 Examples:
@@ -66,12 +64,12 @@ def _print_table(console: Console, result: RunQuality, rows: list[dict[str, str]
     title = f"quality gate of run {result.run_id}"
     if result.skip_gate:
         title += " (gate skipped: --skip-gate)"
-    table = Table(title=title, show_lines=True)
-    table.add_column("subset", overflow="fold")
-    table.add_column("result")
+    table = narrow_table(title, lines=True)  # readable at 80 columns: headers and verdicts never wrap
+    add_text(table, "subset", min_width=8)
+    add_fixed(table, "result", width=6)
     for suite in SUITES:
-        table.add_column(suite)
-    table.add_column("what failed", overflow="fold", ratio=1)
+        add_fixed(table, suite, width=6)
+    add_text(table, "what failed")
     colour = {"passed": "green", "failed": "red"}
     for r in rows:
         cells = [f"[{colour.get(r['result'], 'yellow')}]{r['result']}"]

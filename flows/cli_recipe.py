@@ -10,16 +10,16 @@ import typer
 RECIPE_EXAMPLES = """
 Examples:
 
-  vlmforge recipe init chartqa_1 --release ./Nemotron-Image-Training-v3 --out catalog/chartqa_1.yaml
+  vlmforge recipe init chartqa_1 --release ./Nemotron-Image-Training-v3 --out recipes/chartqa_1.yaml
 
-  vlmforge recipe check catalog/chartqa_1.yaml
+  vlmforge recipe check recipes/chartqa_1.yaml
 
   vlmforge recipe list
 """
 
 recipe_app = typer.Typer(
     name="recipe",
-    help="Media recipes: where each subset's referenced media come from (catalog/*.yaml).",
+    help="Media recipes: where each subset's referenced media come from (recipes/*.yaml).",
     no_args_is_help=True,
     epilog=RECIPE_EXAMPLES,
 )
@@ -33,7 +33,7 @@ def init(
     force: Annotated[bool, typer.Option(help="overwrite an existing file")] = False,
 ) -> None:
     """Draft SUBSET's recipe from its README's URLs (status: draft, for a person to review)."""
-    from ..tasks.catalog.recipe_init import draft_recipe
+    from ..tasks.catalog import draft_recipe
     from ..tasks.errors import OutputError
     from ..tasks.storage import atomic_write_text
 
@@ -50,7 +50,7 @@ def init(
 @recipe_app.command("check")
 def check(paths: Annotated[list[Path], typer.Argument(help="recipe files")]) -> None:
     """Validate recipe files; each error names the file, the field path and the value."""
-    from ..tasks.fetch.recipe_files import load_recipe
+    from ..tasks.catalog import load_recipe
 
     for p in paths:
         r = load_recipe(p)
@@ -64,7 +64,7 @@ def list_recipes(
     ] = None,
 ) -> None:
     """The recipes vlmforge would use, per subset, with their license and sources."""
-    from ..tasks.fetch.recipe_files import builtin_catalog_dir, load_recipe
+    from ..tasks.catalog import builtin_catalog_dir, load_recipe
 
     seen: set[str] = set()
     for folder in [*(catalog or []), builtin_catalog_dir()]:

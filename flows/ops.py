@@ -8,7 +8,7 @@ shares, the validation result per dataset).
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,14 +16,13 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
-from ..schemas.config import ExecutionOptions, RunConfig, StorageOptions
+from ..schemas.config import RunConfig, StorageOptions
 from ..schemas.records import SubsetEntry
-from ..tasks.catalog.refresh import RefreshPlan, SubsetChange
+from ..tasks.catalog import RefreshPlan, plan_release_refresh, refresh_config
 from ..tasks.errors import OutputError
 from ..tasks.manifests import OutputLayout
-from ..tasks.ops.mix.plan import MixPlan
-from ..tasks.publish.listing import published_subsets
-from ..tasks.publish.report import ValidationReport
+from ..tasks.ops import MixPlan
+from ..tasks.publish import ValidationReport, published_subsets
 from .pipeline import run_release
 from .runtime import LoopbackRayTaskRunner
 from .summary import RunSummary
@@ -81,55 +80,6 @@ class RefreshResult:
         return self.summary.failed if self.summary is not None else []
 
 
-def plan_release_refresh(
-    entries: Sequence[SubsetEntry],
-    out: str,
-    license_allow: Collection[str] = (),
-    *,
-    retry_unpublished: bool = False,
-) -> RefreshPlan:
-    """The refresh plan of ``entries`` against ``out``'s last run; disallowed published subsets come out."""
-    from ..tasks.catalog.refresh import plan_refresh, read_previous_catalog, split_by_license
-
-    kept, excluded = split_by_license(entries, license_allow)
-    previous = read_previous_catalog(OutputLayout(out))
-    plan = plan_refresh(kept, previous, retry_unpublished=retry_unpublished)
-    for subset, why in excluded:  # a subset whose license is no longer allowed comes out
-        if subset in previous:
-            plan.changes.append(SubsetChange(subset, "unpublish", (why,)))
-    return plan
-
-
-# Where the last run ran is not part of how it built its outputs: a refresh runs where it is told.
-_EXECUTION_OPTIONS = frozenset(ExecutionOptions.model_fields)
-
-
-def refresh_config(
-    release: str,
-    out: str,
-    subsets: Sequence[str],
-    *,
-    storage_options: Mapping[str, Any] | None = None,
-    license_allow: Sequence[str] = (),
-    overrides: Mapping[str, Any] | None = None,
-) -> RunConfig:
-    """A refresh's run options: the last run's (reruns are built like the rest), then ``overrides``."""
-    from ..tasks.catalog.refresh import last_run_options
-
-    known = RunConfig.of(release=release, out=out).flat()
-    last = RunConfig.flatten(last_run_options(out) or {})
-    options: dict[str, Any] = {k: v for k, v in last.items() if k in known and k not in _EXECUTION_OPTIONS}
-    options.update(overrides or {})
-    options.update(
-        release=release,
-        out=out,
-        subsets=tuple(subsets),
-        storage_options=dict(storage_options or {}),
-        license_allow=tuple(license_allow),
-    )
-    return RunConfig(**options)
-
-
 def refresh_markdown(result: RefreshResult) -> str:
     verb = "would" if result.dry_run else "will"
     lines = [
@@ -157,8 +107,7 @@ def catalog_task(
     release: str, storage_options: dict[str, Any] | None = None, recipes: str | None = None
 ) -> list[SubsetEntry]:
     """Hashes, rows, license and sources of every subset (no media)."""
-    from ..tasks.catalog.recipe_fingerprints import recipe_fingerprints_from_dir
-    from ..tasks.catalog.release import catalog_release
+    from ..tasks.catalog import catalog_release, recipe_fingerprints_from_dir
 
     fingerprints = None
     if recipes:  # every recipe of the folder; fingerprints of subsets the release lacks are ignored
@@ -168,14 +117,14 @@ def catalog_task(
 
 @task(name="unpublish", task_run_name="unpublish {subset}")
 def unpublish_task(out: str, subset: str) -> bool:
-    from ..tasks.catalog.refresh import unpublish_subset
+    from ..tasks.catalog import unpublish_subset
 
     return unpublish_subset(OutputLayout(out), subset)
 
 
 @task(name="publish-metadataset", task_run_name="publish metadataset of {out}")
 def publish_metadataset_task(out: str) -> str | None:
-    from ..tasks.publish.publish import publish_metadataset
+    from ..tasks.publish import publish_metadataset
 
     return publish_metadataset(OutputLayout(out))
 
@@ -198,7 +147,7 @@ def refresh_release(
     The reruns use the last run's options (``runs/<run>.json``), updated by ``overrides``; ``license_allow``
     (SPDX ids or globs) takes subsets under other licenses out. A Prefect artifact lists every decision.
     """
-    from ..tasks.catalog.refresh import parse_license_allow
+    from ..tasks.catalog import parse_license_allow
 
     logger = get_run_logger()
     allow = parse_license_allow(license_allow)
@@ -245,7 +194,7 @@ def write_mix_task(
     max_tokens: int | None,
     max_open_files: int,
 ) -> MixPlan:
-    from ..tasks.ops.mix.output import write_mix
+    from ..tasks.ops import write_mix
 
     return write_mix(
         out,
@@ -292,8 +241,7 @@ def mix_flow(
     max_open_files: int = 512,
 ) -> dict[str, Any]:
     """``vlmforge mix`` as a flow: write ``OUT/energon/<name>.yaml`` over the published subsets."""
-    from ..tasks.ops.mix.output import format_mix
-    from ..tasks.ops.mix.weights import parse_count
+    from ..tasks.ops import format_mix, parse_count
 
     allow = [item.strip() for raw in license_allow or [] for item in raw.split(",") if item.strip()]
     plan = write_mix_task(
@@ -320,7 +268,7 @@ def mix_flow(
 def validate_subset_task(
     out: str, subset: str, sample_limit: int | None, num_workers: int, checksums: bool | None
 ) -> ValidationReport:
-    from ..tasks.publish.validate import validate_subset
+    from ..tasks.publish import validate_subset
 
     return validate_subset(
         out, subset, sample_limit=sample_limit, num_workers=num_workers, checksums=checksums
@@ -329,7 +277,7 @@ def validate_subset_task(
 
 @task(name="validate-blends", task_run_name="validate blends of {out}")
 def validate_blends_task(out: str) -> list[ValidationReport]:
-    from ..tasks.publish.validate import validate_blend
+    from ..tasks.publish import validate_blend
 
     reports = []
     for path in sorted(Path(OutputLayout(out).energon).glob("*.yaml")):

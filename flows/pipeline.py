@@ -6,7 +6,6 @@ Prefect's RayTaskRunner in bounded waves, so the Prefect API sees hundreds of ta
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 import uuid
@@ -20,28 +19,24 @@ from prefect.artifacts import create_markdown_artifact
 
 from ..schemas.config import RunConfig
 from ..schemas.records import SubsetEntry
-from ..tasks.batch.stats import BatchStats
-from ..tasks.catalog.layouts.stage import StagedRelease, stage_source
-from ..tasks.catalog.recipe_fingerprints import recipe_fingerprint
-from ..tasks.catalog.refresh import (
+from ..tasks.batch import BatchStats
+from ..tasks.catalog import (
     catalog_columns,
+    catalog_release,
     read_previous_catalog,
+    recipe_fingerprints_of,
     split_by_license,
+    with_recipe_fingerprints,
     write_subsets_row,
 )
-from ..tasks.catalog.release import catalog_release
-from ..tasks.catalog.revision import release_revision
-from ..tasks.errors import ReleaseError
-from ..tasks.fetch.recipe_files import find_recipe
-from ..tasks.gate.params import load_overrides
-from ..tasks.gate.results import record_run
-from ..tasks.gate.shards import ShardsGateFailed
+from ..tasks.gate import load_overrides, record_run
 from ..tasks.manifests import OutputLayout, remove_parts_from
-from ..tasks.ops.stats.stage_times import RUN_WIDE, StageTime, batch_stage_times, write_stage_times
-from ..tasks.publish.publish import publish_metadataset
-from ..tasks.publish.splits import metadataset_val_problem, val_split_note
+from ..tasks.ops import RUN_WIDE, StageTime, batch_stage_times, write_stage_times
+from ..tasks.publish import ShardsGateFailed, metadataset_val_problem, publish_metadataset, val_split_note
+from ..tasks.staging import as_released, stage_run_source
 from ..tasks.storage import ContentStore, OutputFullError, atomic_write_bytes
 from . import progress
+from .run_names import run_name
 from .runtime import LoopbackRayTaskRunner, hand_back_freed_memory
 from .schedule import GATE, PUBLISH, VALIDATE, StageSpans, SubsetSchedule
 from .stage_tasks import build_batch_task, gate_task, publish_task, quality_docs_task, validate_task
@@ -77,70 +72,22 @@ def _outcome_columns(o: SubsetOutcome, cfg: RunConfig) -> dict[str, Any]:
 
 
 def _catalog(cfg: RunConfig) -> list[SubsetEntry]:
-    fingerprints = {}
-    for subset in cfg.source.subsets:  # unnamed subsets get theirs below, once the catalog has listed them
-        recipe = find_recipe(subset, cfg.media.catalogs)
-        if recipe is not None:
-            fingerprints[subset] = recipe_fingerprint(recipe)
+    # unnamed subsets get their recipes' fingerprints once the catalog has listed them
     entries = catalog_release(
         cfg.source.release,
         subsets=cfg.source.subsets,
         batch_lines=cfg.batches.batch_lines,
         storage_options=cfg.source.storage_options,
-        recipe_fingerprints=fingerprints or None,
+        recipe_fingerprints=recipe_fingerprints_of(cfg.source.subsets, cfg.media.catalogs) or None,
         batch_media=cfg.batches.batch_media,
         min_batches=_window(_cluster_cpus(cfg)),  # a small subset still gives every core work to the end
     )
-    if not cfg.source.subsets:
-        entries = [_with_recipe_fingerprint(e, cfg) for e in entries]
-    return entries
-
-
-def _stage_source(cfg: RunConfig) -> tuple[RunConfig, StagedRelease | None]:
-    """With ``--format`` other than nemotron: stage the source as a Nemotron-layout release under
-    ``OUT/staging/<format>/`` (media into the store) and return the config the rest of the run uses."""
-    if cfg.source.source_format == "nemotron":
-        if cfg.source.source_configs:
-            raise ReleaseError("--config selects configs of a staged source: give --format too")
-        return cfg, None
-    staged = stage_source(
-        cfg.source.release,
-        cfg.source.source_format,
-        cfg.out,
-        cfg.store_url,
-        configs=cfg.source.source_configs,
-        storage_options=cfg.source.storage_options,
-    )
-    unknown = sorted(set(cfg.source.subsets) - set(staged.subsets))
-    if unknown:
-        raise ReleaseError(
-            f"subset(s) {', '.join(unknown)} not staged from {cfg.source.release!r}; "
-            f"staged: {', '.join(staged.subsets)}"
-        )
-    work = cfg.replace(
-        release=staged.root, storage_options={}, subsets=cfg.source.subsets or tuple(staged.subsets)
-    )
-    return work, staged
-
-
-def _as_released(entries: list[SubsetEntry], cfg: RunConfig) -> list[SubsetEntry]:
-    """Entries of a staged release name the source as given (release, revision), not the staging folder."""
-    revision = release_revision(cfg.source.release)
-    return [
-        dataclasses.replace(e, release=cfg.source.release, revision=revision or e.revision) for e in entries
-    ]
-
-
-def _with_recipe_fingerprint(entry: SubsetEntry, cfg: RunConfig) -> SubsetEntry:
-    recipe = find_recipe(entry.subset, cfg.media.catalogs)
-    if recipe is None:
-        return entry
-    return dataclasses.replace(entry, media_recipe_sha256=recipe_fingerprint(recipe))
+    return entries if cfg.source.subsets else with_recipe_fingerprints(entries, cfg.media.catalogs)
 
 
 @flow(
     name="vlmforge-run",
-    flow_run_name="run {cfg.source.release}",
+    flow_run_name=run_name,  # release and output folder
     task_runner=LoopbackRayTaskRunner(),
     log_prints=True,
 )
@@ -203,7 +150,7 @@ def _catalog_stage(run: _Run, given: RunConfig) -> tuple[RunConfig, list[SubsetE
     """Stage a benchmark-set layout (if any), catalog the release, record the run; returns the config the
     work reads (the staged release when there is one), the entries and the previous catalog."""
     tick = time.perf_counter()
-    cfg, staged = _stage_source(given)
+    cfg, staged = stage_run_source(given)
     if staged is not None:
         for st in staged.stats:
             bytes_read = st.bytes_stored + st.archive_bytes_read
@@ -220,7 +167,7 @@ def _catalog_stage(run: _Run, given: RunConfig) -> tuple[RunConfig, list[SubsetE
     # 200,000 rows ~18 MB, part of the whole run's peak
     hand_back_freed_memory()
     if staged is not None:
-        entries = _as_released(entries, given)
+        entries = as_released(entries, given.source.release)
     entries, excluded = split_by_license(entries, cfg.source.license_allow)
     for subset, why in excluded:
         run.logger.warning("skipping %s: %s", subset, why)
@@ -260,12 +207,14 @@ def _work_stage(run: _Run, cfg: RunConfig, entries: list[SubsetEntry], summary: 
     clock = StageSpans()
     pending: dict[PrefectFuture[Any], _Pending] = {}
     in_flight = [0]  # batches submitted and not yet finished
+    progress.subsets((e.subset, len(e.batch_offsets) - 1, e.rows) for e in entries)
     progress.stage("batches", len(work))
     todo = iter(work)
 
     def submit(kind: str, e: SubsetEntry) -> None:
         if clock.started(kind) and kind != "batches":
             progress.stage(kind, len(entries))
+        progress.subset_stage(e.subset, kind)
         start: dict[str, Callable[[], PrefectFuture[Any]]] = {
             GATE: lambda: gate_task.submit(cfg, e, run.run_id),
             PUBLISH: lambda: publish_task.submit(cfg, e.subset, run.run_id),
@@ -321,6 +270,8 @@ def _batch_finished(
             raise
         res = f"batch failed: {type(exc).__name__}: {exc}"
     clock.finished("batches", res.lines if isinstance(res, BatchStats) else 0)
+    done = res if isinstance(res, BatchStats) else BatchStats()
+    progress.batch_finished(p.entry.subset, done.lines, done.images, done.skipped_batches > 0)
     if not schedule.batch_done(p.entry.subset, res):
         return None
     return _batches_done(run, schedule, p.outcome, p.entry.subset, cfg)
@@ -355,7 +306,7 @@ def _gate_finished(
         o.gate = f"not run ({type(exc).__name__}: {exc})"
         return schedule.gate_done(o.subset, passed=False)
     finally:
-        progress.advance(GATE)
+        progress.advance(GATE, subset=o.subset)
     o.gate = gate.summary()
     if not gate.passed:
         run.logger.warning("gate failed for %s: %s", o.subset, o.gate)
@@ -376,7 +327,7 @@ def _publish_finished(schedule: SubsetSchedule, fut: Any, p: _Pending, clock: St
     else:
         o.published, o.shards = True, pub.shards
     finally:
-        progress.advance(PUBLISH)
+        progress.advance(PUBLISH, subset=o.subset)
     clock.finished(PUBLISH, int(o.published))
     return schedule.publish_done(o.subset, published=o.published)
 
@@ -388,7 +339,7 @@ def _validate_finished(run: _Run, schedule: SubsetSchedule, fut: Any, p: _Pendin
         o.validation = fut.result()
     except Exception as exc:  # noqa: BLE001
         o.validation = f"failed: {type(exc).__name__}: {exc}"
-    progress.advance(VALIDATE)
+    progress.advance(VALIDATE, subset=o.subset)
     clock.finished(VALIDATE)
     schedule.validate_done(o.subset)
     if o.validation != "ok":

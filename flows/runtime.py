@@ -218,7 +218,9 @@ def spawn_prefect_server() -> PrefectServer:
     env = os.environ.copy()
     env.pop("PREFECT_API_URL", None)
     with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+        # a process group of its own: the terminal's Ctrl-C reaches the run's driver, which stops the run
+        # and then this server (it used to die first, leaving the run unable to report)
+        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env, process_group=0)
     return PrefectServer(f"http://{LOOPBACK}:{port}/api", proc, log_path)
 
 
@@ -355,6 +357,9 @@ def start_local_ray(num_cpus: int | None = None, attempts: int = 3) -> Path:
                     _without_cluster_monitors(),
                 ):
                     ray.init(
+                        # "local": a Ray of the run's own, never one that ray.init would otherwise find
+                        # (RAY_ADDRESS, or the last `ray start` on the machine via ray_current_cluster)
+                        address="local",
                         _node_ip_address=LOOPBACK,
                         include_dashboard=False,
                         num_cpus=num_cpus or os.cpu_count() or 1,

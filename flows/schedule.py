@@ -12,8 +12,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..tasks.batch.stats import BatchStats
-from ..tasks.ops.stats.stage_times import RUN_WIDE, StageTime
+from ..tasks.batch import BatchStats
+from ..tasks.ops import RUN_WIDE, StageTime
 
 GATE, PUBLISH, VALIDATE = "gate", "publish", "validate"
 UNITS = {"batches": "rows", GATE: "subsets", PUBLISH: "subsets", VALIDATE: "subsets"}

@@ -12,16 +12,10 @@ from prefect import get_run_logger, task
 
 from ..schemas.config import RunConfig
 from ..schemas.records import SubsetEntry
-from ..tasks.batch.batch import build_batch
-from ..tasks.batch.stats import BatchStats
-from ..tasks.gate.check import gate_subset
-from ..tasks.gate.params import load_overrides
-from ..tasks.gate.results import GateResult, record_gate
-from ..tasks.gate.shards import shards_check
+from ..tasks.batch import BatchStats, build_batch
+from ..tasks.gate import GateResult, gate_subset, load_overrides, record_gate
 from ..tasks.manifests import OutputLayout
-from ..tasks.publish.publish import PublishResult, publish_subset
-from ..tasks.publish.splits import EmptyTrainSplitError
-from ..tasks.publish.validate import validate_subset
+from ..tasks.publish import EmptyTrainSplitError, PublishResult, publish_subset, shards_check, validate_subset
 from ..tasks.storage import OutputFullError
 from .runtime import returns_freed_memory
 from .summary import publish_quality

@@ -8,14 +8,13 @@ from typing import Any
 
 import duckdb
 from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
 
-from ..tasks.batch.stats import BatchStats
-from ..tasks.gate.docs import build_data_docs
-from ..tasks.gate.report import quality_markdown
-from ..tasks.gate.results import load_run
+from ..tasks.batch import BatchStats
+from ..tasks.gate import build_data_docs, load_run, quality_markdown
 from ..tasks.manifests import OutputLayout
-from ..tasks.ops.query import connect
+from ..tasks.ops import connect
+from .narrow_tables import add_fixed, add_text, compact, narrow_table
 
 console = Console()
 
@@ -63,43 +62,28 @@ class RunSummary:
 
 
 def print_summary(summary: RunSummary) -> None:
-    """The per-subset table a run (or a refresh) ends with."""
-    t = Table(title=f"vlmforge run {summary.run_id} ({summary.seconds:.1f} s) -> {summary.out}")
-    for col in (
-        "subset",
-        "license",
-        "rows",
-        "ok",
-        "rejected",
-        "dropped",
-        "images",
-        "videos",
-        "tokens",
-        "gate",
-    ):
-        t.add_column(
-            col,
-            justify="right"
-            if col in ("rows", "ok", "rejected", "dropped", "images", "videos", "tokens")
-            else "left",
-            overflow="fold",
-        )
+    """The per-subset table a run (or a refresh) ends with; readable at 80 columns (``narrow_tables``)."""
+    t = narrow_table(f"vlmforge run {summary.run_id} ({summary.seconds:.1f} s wall) -> {summary.out}")
+    add_text(t, "subset", min_width=8)
+    add_text(t, "license", min_width=7)
+    for col in ("rows", "ok", "rej", "drop", "img", "vid", "tokens"):
+        add_fixed(t, col, right=True)
+    add_text(t, "gate", min_width=8)
     for s in summary.subsets:
         st = s.stats
-        gate = ("[green]" if s.published else "[red]") + (s.error or s.gate)[:200]
+        gate = ("[green]" if s.published else "[red]") + escape((s.error or s.gate)[:200])
+        counts = (st.lines, st.ok, st.rejected, st.dropped, st.images, st.videos)
         t.add_row(
-            s.subset,
-            s.license,
-            str(st.lines),
-            str(st.ok),
-            str(st.rejected),
-            str(st.dropped),
-            str(st.images),
-            str(st.videos),
-            f"{st.text_tokens + st.visual_tokens:,}",
+            escape(s.subset),
+            escape(s.license),
+            *(compact(n) for n in counts),
+            compact(st.text_tokens + st.visual_tokens),
             gate,
         )
     console.print(t)
+    console.print(
+        "rej: rejected, drop: dropped (limits), img/vid: images/videos; exact counts: the manifests"
+    )
 
 
 def summary_markdown(summary: RunSummary) -> str:

@@ -18,6 +18,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
+from .option_values import comma_list, size_bytes, storage_pairs
 from .redact import redact_options
 
 # Bump when a change alters manifest or shard bytes for the same inputs and options; it is part of every
@@ -37,6 +38,13 @@ def _tuples(v: object) -> object:
     return tuple(v) if isinstance(v, list) else v
 
 
+def flag(name: str | None = None, **extra: Any) -> dict[str, Any]:
+    """CLI facts of an option beyond its type, default and help (its ``description``): the flag's name when
+    it is not ``--<field-name>`` and how it reads (``metavar``, ``shown_default``). A field with a
+    ``description`` is a ``vlmforge run`` option (flows/cli_options.py makes the flag from the field)."""
+    return {"flag": name, **extra} if name else extra
+
+
 class _Options(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -54,18 +62,47 @@ class SourceOptions(_Options):
     """What to read: the release, its layout and the subsets. The batch fingerprint holds the JSONL's own
     hash, so none of these changes a batch's output by itself."""
 
-    release: str = Field(description="release folder or fsspec URL")
-    # Layout of the release: the Nemotron one, or a public set staged first (tasks/catalog/layouts/).
-    source_format: Literal["nemotron", "mantis", "infovqa", "llava_video"] = "nemotron"
-    source_configs: tuple[str, ...] = ()  # --config: configs of a staged source (empty: every config)
-    subsets: tuple[str, ...] = ()  # empty: every subset of the release
+    model_config = ConfigDict(title="Source")
+
+    release: str = Field(description="release folder or fsspec URL (one folder per subset)")
+    # Layout of the release: the Nemotron one, or a public set staged first (tasks/staging/: LAYOUTS).
+    source_format: Literal["nemotron", "mantis", "infovqa", "llava_video"] = Field(
+        default="nemotron",
+        description="layout of RELEASE (other than nemotron: staged first)",
+        json_schema_extra=flag("--format"),
+    )
+    source_configs: tuple[str, ...] = Field(
+        default=(),
+        description="only this config of a --format source (repeatable; default: all)",
+        json_schema_extra=flag("--config"),
+    )
+    subsets: tuple[str, ...] = Field(
+        default=(), description="only this subset (repeatable)", json_schema_extra=flag("--subset")
+    )
     # fsspec options of the release (s3 endpoint, credentials, ...). Masked whenever serialised (the run
     # record, Prefect's flow-run parameters and UI); workers get the object itself. A deployment should take
     # credentials from the environment instead.
-    storage_options: dict[str, Any] = Field(default_factory=dict)
-    license_allow: tuple[str, ...] = ()  # empty: every license; else SPDX ids or patterns (MIT, CC-BY-*)
+    storage_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="fsspec option of the release, key=value (repeatable)",
+        json_schema_extra=flag("--storage-option", metavar="K=V"),
+    )
+    license_allow: tuple[str, ...] = Field(
+        default=(), description="only subsets under these licenses (SPDX ids or patterns, comma-separated)"
+    )
 
-    _tuple = field_validator("source_configs", "subsets", "license_allow", mode="before")(_tuples)
+    _tuple = field_validator("source_configs", "subsets", mode="before")(_tuples)
+
+    @field_validator("storage_options", mode="before")
+    @classmethod
+    def _pairs(cls, v: object) -> object:
+        return storage_pairs(v) if isinstance(v, list | tuple) else v
+
+    @field_validator("license_allow", mode="before")
+    @classmethod
+    def _commas(cls, v: object) -> object:
+        return comma_list(v) if isinstance(v, list | tuple) else v
+
     _mask_secrets = field_serializer("storage_options", when_used="json")(_mask_secret_options)
 
 
@@ -74,18 +111,37 @@ class FetchOptions(_Options):
     are stored by content hash, so none of these changes what a batch writes (a batch with transient
     failures is not committed)."""
 
-    store: str | None = None  # content-addressed store (default OUT/store)
-    fetch_concurrency: int = Field(default=16, gt=0)
-    # Requests in flight to one upstream host across the whole run: the batches fetching at once (one per
-    # cluster CPU) split it, each keeping at least one.
-    fetch_per_host: int = Field(default=32, gt=0)
+    model_config = ConfigDict(title="Fetch")
+
+    store: str | None = Field(
+        default=None, description="content-addressed media store, any fsspec URL (default OUT/store)"
+    )
+    fetch_concurrency: int = Field(default=16, gt=0, description="fetch threads per batch")
+    fetch_per_host: int = Field(
+        default=32,
+        gt=0,
+        description="requests in flight per upstream host across the run (the batches fetching at once "
+        "split it; each keeps at least 1)",
+    )
     # Wall-clock bound of one batch's fetches: what is unfinished then ends as `timeout` (retried next run).
-    fetch_batch_timeout: float | None = Field(default=3600.0, gt=0)
+    fetch_batch_timeout: float | None = Field(
+        default=3600.0,
+        gt=0,
+        description="seconds one batch may spend fetching; what is unfinished ends as timeout",
+    )
     # Wall-clock bound of one HTTP request: connect, status line, headers, redirects and body together.
-    fetch_request_timeout: float = Field(default=300.0, gt=0)
-    # Environment variables recipes may read as ${NAME} (--env-allow; tasks/fetch/recipe_env.py), like the
-    # variables' values themselves not fingerprinted: they say where media come from, not what they are.
-    env_allow: tuple[str, ...] = ()
+    fetch_request_timeout: float = Field(
+        default=300.0,
+        gt=0,
+        description="seconds one HTTP request may take: connect, headers, redirects and body together",
+    )
+    # Environment variables recipes may read as ${NAME} (tasks/fetch/recipe_env.py), like the variables'
+    # values themselves not fingerprinted: they say where media come from, not what they are.
+    env_allow: tuple[str, ...] = Field(
+        default=(),
+        description="environment variable a recipe may read as ${NAME} (repeatable; its value is masked)",
+        json_schema_extra=flag("--env-allow", metavar="NAME"),
+    )
 
     _env_tuple = field_validator("env_allow", mode="before")(_tuples)
 
@@ -93,19 +149,46 @@ class FetchOptions(_Options):
 class MediaOptions(_Options):
     """Where references resolve and how media are verified, converted and stored."""
 
-    media_roots: tuple[str, ...] = ()
-    allowed_url_schemes: tuple[str, ...] = ()  # media references that may be URLs (http, https, s3, ...)
-    catalogs: tuple[str, ...] = ()  # recipe folders searched before catalog/
-    image_format: Literal["keep", "jpeg", "webp", "png"] = "keep"
-    max_image_pixels: int = Field(default=256_000_000, gt=0)  # decompression-bomb limit, from the header
-    min_image_side: int = Field(default=1, ge=1)  # a shorter displayed side is a too_small reject
+    model_config = ConfigDict(title="Media")
+
+    media_roots: tuple[str, ...] = Field(
+        default=(),
+        description="folder searched first for media (repeatable)",
+        json_schema_extra=flag("--media-root"),
+    )
+    allowed_url_schemes: tuple[str, ...] = Field(
+        default=(),
+        description="media references may be URLs of this scheme (repeatable)",
+        json_schema_extra=flag("--allow-url-scheme"),
+    )
+    catalogs: tuple[str, ...] = Field(
+        default=(),
+        description="folder of <subset>.yaml media recipes, before recipes/ (repeatable)",
+        json_schema_extra=flag("--recipes"),
+    )
+    image_format: Literal["keep", "jpeg", "webp", "png"] = Field(
+        default="keep", description="stored image format"
+    )
+    max_image_pixels: int = Field(
+        default=256_000_000, gt=0, description="decompression-bomb limit, checked from the header"
+    )
+    min_image_side: int = Field(default=1, ge=1, description="reject images with a shorter side (too_small)")
     video_timeout_s: float = Field(default=120.0, gt=0)
     # keep: the video bytes go to the shard (decoded at training time, frames named by frame_indices);
     # frames: the sampled frames are written as images at the model's frame size.
-    video_mode: Literal["keep", "frames"] = "keep"
-    video_max_pixels: int | None = Field(default=None, gt=0)  # per-frame cap of --video-mode frames
-    # Pillow format names accepted besides tasks/media/formats.py's list (--accept-image-format XPM)
-    extra_image_formats: tuple[str, ...] = ()
+    video_mode: Literal["keep", "frames"] = Field(
+        default="keep",
+        description="keep (video bytes, decoded in training) | frames (sampled frames as images)",
+    )
+    video_max_pixels: int | None = Field(
+        default=None, gt=0, description="--video-mode frames: cap on each frame's pixels"
+    )
+    # Pillow format names accepted besides tasks/media/formats.py's list
+    extra_image_formats: tuple[str, ...] = Field(
+        default=(),
+        description="also accept images in this Pillow format (XPM, FITS, ...; repeatable; list in README)",
+        json_schema_extra=flag("--accept-image-format"),
+    )
 
     _tuple = field_validator(
         "media_roots", "allowed_url_schemes", "catalogs", "extra_image_formats", mode="before"
@@ -116,47 +199,88 @@ class TokenOptions(_Options):
     """The target model and the knobs (Megatron-Bridge names). None means "no limit" except
     max_pixels/min_pixels (the preset's default)."""
 
-    model: str = "qwen2_5_vl"
-    model_dir: str | None = None  # a local model folder whose preprocessor_config.json overrides the preset
-    tokenizer: str | None = None  # tokenizer.json or a model folder; None: the preset's built-in tokenizer
-    max_pixels: int | None = Field(default=None, gt=0)
-    min_pixels: int | None = Field(default=None, gt=0)
-    max_num_images: int | None = Field(default=None, ge=0)
-    max_num_frames: int | None = Field(default=None, ge=2)
-    frames_mode: Literal["uniform", "truncate"] = "uniform"
-    max_visual_tokens: int | None = Field(default=None, gt=0)
-    seq_len: int | None = Field(default=None, gt=0)
-    seq_len_mode: Literal["drop", "truncate"] = "drop"  # truncate: cut text after the last visual token
+    model_config = ConfigDict(title="Model and knobs")
+
+    model: str = Field(default="qwen2_5_vl", description="model preset for token counts and resize")
+    model_dir: str | None = Field(
+        default=None, description="local model folder: its preprocessor_config.json overrides the preset"
+    )
+    # None: the preset's built-in tokenizer
+    tokenizer: str | None = Field(default=None, description="tokenizer.json or model folder")
+    max_pixels: int | None = Field(default=None, gt=0, description="resize images above this many pixels")
+    min_pixels: int | None = Field(default=None, gt=0, description="model min pixels (default: preset)")
+    max_num_images: int | None = Field(default=None, ge=0, description="drop samples with more images")
+    max_num_frames: int | None = Field(default=None, ge=2, description="cap sampled frames per video")
+    frames_mode: Literal["uniform", "truncate"] = Field(
+        default="uniform", description="over --max-num-frames"
+    )
+    max_visual_tokens: int | None = Field(
+        default=None, gt=0, description="drop samples with more visual tokens"
+    )
+    seq_len: int | None = Field(default=None, gt=0, description="drop samples longer than this")
+    seq_len_mode: Literal["drop", "truncate"] = Field(
+        default="drop", description="drop | truncate (cut text after the last visual token, keep a target)"
+    )
 
 
 class BatchOptions(_Options):
     """How lines are cut into batches and which split an ok sample lands in."""
 
+    model_config = ConfigDict(title="Batches and splits")
+
     # Lines per batch at most. 10,000 text rows are ~1 s of work: at 2,000, Prefect's and Ray's per-task
     # cost was a third of a text subset's batch stage (200,000 rows: 34.6 s wall, at 10,000: 17.1 s).
-    batch_lines: int = Field(default=10_000, gt=0)
+    batch_lines: int = Field(
+        default=10_000,
+        gt=0,
+        description="JSONL lines per batch at most (the unit of work; media cap it sooner)",
+    )
     # media references per batch at most (a line over it alone is a batch): work sized by work, not lines
     batch_media: int = Field(default=256, gt=0)
-    val_fraction: float = Field(default=0.0, ge=0.0, lt=1.0)
+    val_fraction: float = Field(default=0.0, ge=0.0, lt=1.0, description="share of samples in the val split")
 
 
 class ShardOptions(_Options):
     """Shard sizes of the published datasets (publish reads the manifests; batches are not affected)."""
 
-    shard_max_bytes: int = Field(default=1_000_000_000, gt=0)
-    shard_max_samples: int = Field(default=10_000, gt=0)
-    sample_format: Literal["bridge", "crude"] = "bridge"  # Energon sample format (tasks/publish/formats)
+    model_config = ConfigDict(title="Shards")
+
+    shard_max_bytes: int = Field(
+        default=1_000_000_000,
+        gt=0,
+        description="target bytes per shard (1GB, 500MB, ...)",
+        json_schema_extra=flag("--shard-size", metavar="SIZE", shown_default="1GB"),
+    )
+    shard_max_samples: int = Field(default=10_000, gt=0, description="samples per shard at most")
+    # Energon sample format (tasks/publish/formats: FORMATS)
+    sample_format: Literal["bridge", "crude"] = Field(
+        default="bridge",
+        description="bridge (Megatron-Bridge's ChatMLWebdataset: images and sampled frames, pickled) | crude "
+        "(CrudeWebdataset + vlmforge's cooker: media parts as stored, video bytes with frame_indices)",
+    )
+
+    @field_validator("shard_max_bytes", mode="before")
+    @classmethod
+    def _size(cls, v: object) -> object:
+        return size_bytes(v) if isinstance(v, str) else v
 
 
 class GateOptions(_Options):
-    skip_gate: bool = False
-    max_reject_rate: float = Field(default=0.5, ge=0.0, le=1.0)
-    gate_overrides: str | None = None  # JSON file of per-subset gate parameters (expectations/overrides.json)
+    model_config = ConfigDict(title="Quality gate")
+
+    skip_gate: bool = Field(default=False, description="publish without the quality gate (debugging)")
+    max_reject_rate: float = Field(
+        default=0.5, ge=0.0, le=1.0, description="gate: highest reject rate a subset may have"
+    )
+    # expectations/overrides.json shows the form
+    gate_overrides: str | None = Field(default=None, description="JSON file of per-subset gate parameters")
 
 
 class ExecutionOptions(_Options):
-    ray_address: str | None = None
-    num_cpus: int | None = Field(default=None, gt=0)
+    model_config = ConfigDict(title="Execution")
+
+    ray_address: str | None = Field(default=None, description="existing Ray cluster (default: local)")
+    num_cpus: int | None = Field(default=None, gt=0, description="CPUs for the local Ray")
 
 
 # The sub-models whose every field can change a batch's samples/media parts: hashed whole.
@@ -169,7 +293,7 @@ BATCH_NEUTRAL: Final = ("out", "source", "fetch", "shards", "gate", "execution")
 class RunConfig(_Options):
     """Options of ``vlmforge run``; the CLI, the Prefect flow and the tests all build one of these."""
 
-    out: str = Field(description="output folder")
+    out: str = Field(description="output folder", json_schema_extra=flag("--out", short="-o"))
     source: SourceOptions
     fetch: FetchOptions = FetchOptions()
     media: MediaOptions = MediaOptions()

@@ -1,11 +1,9 @@
 """Model presets: the vision/tokenizer parameters that decide exact per-sample token counts.
 
-Presets are data (``schemas/presets/<name>.yaml``, shipped as package data); this module only validates them
-and overlays a local model folder's own config files on them (:func:`load_preset` with ``model_dir``).
-See /work/shared/reference/visual-tokens.md for where every number comes from.
-
-Families (:data:`FAMILY_RULES`: what each one's presets must set and which model-folder files it reads; the
-token formulas are in ``tasks/tokens/families/``):
+Presets are data (``schemas/presets/<name>.yaml``, shipped as package data); this module validates their
+shape. Each family (``tasks/geometry/families/``, the one family registry) says what its presets must set,
+what it reads from a local model folder and its token formulas; ``tasks/geometry`` loads a preset
+(``load_preset``) and checks it against its family. Where the numbers come from: ``docs/visual-tokens.md``.
 
 * ``qwen`` (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): smart_resize grid; the flat fields below.
 * ``internvl`` / ``nemotron_vl``: dynamic tiling (``tiling``) + the ``text`` wrappers around each tile group.
@@ -14,26 +12,20 @@ token formulas are in ``tasks/tokens/families/``):
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
-from dataclasses import dataclass
 from importlib import resources
-from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 __all__ = [
-    "FAMILY_RULES",
     "AnyresSpec",
-    "FamilyRules",
     "ModelPreset",
     "TextSpec",
     "TilingSpec",
     "list_presets",
-    "load_preset",
-    "model_dir_overrides",
+    "merge_preset",
+    "preset_data",
 ]
 
 
@@ -104,7 +96,7 @@ class ModelPreset(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
-    family: str  # a key of FAMILY_RULES
+    family: str  # a key of the family registry (tasks/geometry/families), checked where presets are loaded
     patch_size: int = Field(gt=0)
     merge_size: int = Field(gt=0)
     temporal_patch_size: int = Field(gt=0)
@@ -139,13 +131,15 @@ class ModelPreset(BaseModel):
 
     @field_validator("family")
     @classmethod
-    def _known_family(cls, family: str) -> str:
-        if family not in FAMILY_RULES:
-            raise ValueError(f"unknown model family {family!r}; known: {', '.join(FAMILY_RULES)}")
+    def _known_family(cls, family: str, info: ValidationInfo) -> str:
+        # the loader passes the family registry's names (schemas know no family by name)
+        known = (info.context or {}).get("families")
+        if known is not None and family not in known:
+            raise ValueError(f"unknown model family {family!r}; known: {', '.join(known)}")
         return family
 
     @model_validator(mode="after")
-    def _check_bounds(self) -> ModelPreset:
+    def _check_bounds(self, info: ValidationInfo) -> ModelPreset:
         if self.min_pixels > self.max_pixels:
             raise ValueError(f"min_pixels {self.min_pixels} > max_pixels {self.max_pixels}")
         if (
@@ -158,7 +152,9 @@ class ModelPreset(BaseModel):
             )
         if self.min_frames > self.max_frames:
             raise ValueError(f"min_frames {self.min_frames} > max_frames {self.max_frames}")
-        FAMILY_RULES[self.family].check(self)
+        family_check = (info.context or {}).get("family_check")
+        if family_check is not None:  # what the preset's family requires of it (tasks/geometry/families)
+            family_check(self)
         return self
 
     @property
@@ -178,269 +174,21 @@ def list_presets() -> list[str]:
     )
 
 
-def load_preset(name: str, model_dir: str | Path | None = None, **overrides: Any) -> ModelPreset:
-    """Load ``schemas/presets/<name>.yaml``.
-
-    ``model_dir`` (a local model folder) overlays what its own files say (:func:`model_dir_overrides`);
-    keyword overrides then replace single fields (validated). Nested sections merge key by key.
-    """
+def preset_data(name: str) -> dict[str, Any]:
+    """The mapping of ``schemas/presets/<name>.yaml`` (ValueError naming the known presets otherwise)."""
     known = list_presets()
     if name not in known:
         raise ValueError(f"unknown model preset {name!r}; known presets: {', '.join(known)}")
     data = yaml.safe_load(_preset_dir().joinpath(f"{name}.yaml").read_text(encoding="utf-8"))
     if not isinstance(data, dict):
         raise ValueError(f"preset file {name}.yaml does not hold a mapping")
-    if model_dir is not None:
-        _merge(data, model_dir_overrides(data, Path(model_dir)))
-    _merge(data, overrides)
-    return ModelPreset.model_validate(data)
+    return data
 
 
-def _merge(data: dict[str, Any], overrides: dict[str, Any]) -> None:
+def merge_preset(data: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """Overlay ``overrides`` on preset ``data`` in place; nested sections merge key by key."""
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):
             data[key] = {**data[key], **value}
         else:
             data[key] = value
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not readable JSON ({exc})") from exc
-    return doc if isinstance(doc, dict) else {}
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _chat_template(folder: Path) -> str | None:
-    """The model's own chat template: chat_template.jinja, chat_template.json, then tokenizer_config.json."""
-    jinja = folder / "chat_template.jinja"
-    if jinja.is_file():
-        return jinja.read_text(encoding="utf-8")
-    for name in ("chat_template.json", "processor_config.json", "tokenizer_config.json"):
-        tpl = _read_json(folder / name).get("chat_template")
-        if isinstance(tpl, str):
-            return tpl
-        if isinstance(tpl, list):  # [{"name": "default", "template": ...}, ...]
-            named = {t.get("name"): t.get("template") for t in tpl if isinstance(t, dict)}
-            chosen = named.get("default") or next(iter(named.values()), None)
-            if isinstance(chosen, str):
-                return chosen
-    return None
-
-
-@dataclass(frozen=True)
-class ModelFiles:
-    """The JSON config files of a local model folder, each ``{}`` when absent."""
-
-    preprocessor: dict[str, Any]  # preprocessor_config.json
-    video_preprocessor: dict[str, Any]  # video_preprocessor_config.json
-    processor: dict[str, Any]  # processor_config.json
-    config: dict[str, Any]  # config.json
-    tokenizer_config: dict[str, Any]  # tokenizer_config.json
-
-    @classmethod
-    def read(cls, folder: Path) -> ModelFiles:
-        return cls(
-            _read_json(folder / "preprocessor_config.json"),
-            _read_json(folder / "video_preprocessor_config.json"),
-            _read_json(folder / "processor_config.json"),
-            _read_json(folder / "config.json"),
-            _read_json(folder / "tokenizer_config.json"),
-        )
-
-
-def model_dir_overrides(base: dict[str, Any], folder: Path) -> dict[str, Any]:
-    """Preset fields a local model folder overrides: what its family reads from ``preprocessor_config.json``,
-    ``video_preprocessor_config.json``, ``processor_config.json`` and ``config.json``
-    (:attr:`FamilyRules.read_folder`), then the chat template, ``tokenizer.json`` and the BOS settings of
-    ``tokenizer_config.json``. Only keys the files actually carry are returned."""
-    if not folder.is_dir():
-        raise ValueError(f"model folder {str(folder)!r} does not exist")
-    files = ModelFiles.read(folder)
-    family = base.get("family")
-    rules = FAMILY_RULES.get(family) if isinstance(family, str) else None
-    out = rules.read_folder(base, files) if rules is not None else {}
-    template = _chat_template(folder)
-    if template is not None:
-        out["chat_template"] = template
-    if (folder / "tokenizer.json").is_file():
-        out["tokenizer"] = str((folder / "tokenizer.json").resolve())
-    if isinstance(base.get("text"), dict):
-        text = _bos_overrides(files.tokenizer_config)
-        if text:
-            out["text"] = {**out.get("text", {}), **text}
-    return out
-
-
-def _bos_overrides(tok_cfg: dict[str, Any]) -> dict[str, Any]:
-    text: dict[str, Any] = {}
-    bos = tok_cfg.get("bos_token")
-    if isinstance(bos, dict):
-        bos = bos.get("content")
-    if isinstance(bos, str):
-        text["bos_token"] = bos
-    if isinstance(tok_cfg.get("add_bos_token"), bool):
-        text["add_bos"] = tok_cfg["add_bos_token"]
-    return text
-
-
-# --------------------------------------------------------------------------------------------------
-# Model folders, per family
-# --------------------------------------------------------------------------------------------------
-
-
-def _qwen_folder(base: dict[str, Any], files: ModelFiles) -> dict[str, Any]:
-    """Qwen2VLImageProcessor's patch sizes and pixel bounds; for qwen3 also the video processor's."""
-    pre, vid = files.preprocessor, files.video_preprocessor
-    size = _dict(pre.get("size"))
-    out: dict[str, Any] = {}
-    for key in ("patch_size", "merge_size", "temporal_patch_size"):
-        if isinstance(pre.get(key), int):
-            out[key] = pre[key]
-    lo = pre.get("min_pixels", size.get("shortest_edge"))
-    hi = pre.get("max_pixels", size.get("longest_edge"))
-    if isinstance(lo, int):
-        out["min_pixels"] = lo
-    if isinstance(hi, int):
-        out["max_pixels"] = hi
-    if base.get("video_sampler") == "qwen3":  # transformers' Qwen3 video processor reads its config
-        vsize = _dict(vid.get("size"))
-        if isinstance(vsize.get("shortest_edge"), int):
-            out["video_min_pixels"] = vsize["shortest_edge"]
-        if isinstance(vsize.get("longest_edge"), int):
-            out["video_max_pixels"] = vsize["longest_edge"]
-        for key in ("fps", "min_frames", "max_frames"):
-            if isinstance(vid.get(key), int | float) and not isinstance(vid.get(key), bool):
-                out[key] = vid[key]
-    return out
-
-
-def _tiled_folder(base: dict[str, Any], files: ModelFiles) -> dict[str, Any]:
-    """InternVL / Nemotron ``config.json`` tiling keys (or the HF processor's), tokens per tile, and the
-    HF-format InternVL's own media tokens."""
-    pre, proc, cfg, tok_cfg = files.preprocessor, files.processor, files.config, files.tokenizer_config
-    out: dict[str, Any] = {}
-    tiling: dict[str, Any] = {}
-    vision = _dict(cfg.get("vision_config"))
-    tile = cfg.get("force_image_size", _dict(pre.get("size")).get("height"))
-    if isinstance(tile, int):
-        tiling["tile_size"] = tile
-    for src, dst in (
-        ("max_dynamic_patch", "max_tiles"),
-        ("min_dynamic_patch", "min_tiles"),
-        ("use_thumbnail", "thumbnail"),
-    ):
-        if src in cfg:
-            tiling[dst] = cfg[src]
-    for src, dst in (("max_patches", "max_tiles"), ("min_patches", "min_tiles")):
-        if isinstance(pre.get(src), int):
-            tiling[dst] = pre[src]
-    if pre.get("crop_to_patches") is False:
-        tiling["max_tiles"] = tiling["min_tiles"] = 1
-    patch = vision.get("patch_size")
-    ratio = cfg.get("downsample_ratio")
-    if isinstance(tile, int) and isinstance(patch, int) and isinstance(ratio, int | float):
-        tiling["tokens_per_tile"] = int((tile // patch) ** 2 * ratio**2)
-    if isinstance(proc.get("image_seq_length"), int):
-        tiling["tokens_per_tile"] = proc["image_seq_length"]
-    ctx = tok_cfg.get("context_image_token")
-    if isinstance(ctx, str):  # HF-format InternVL (InternVLProcessor): its own tokens and frame labels
-        tiling["multi_image"] = "per_image"
-        out["text"] = {
-            "image_placeholder": ctx,
-            "image_suffix": "",
-            "image_pad": ctx,
-            "image_start": str(tok_cfg.get("start_image_token", "<img>")),
-            "image_end": str(tok_cfg.get("end_image_token", "</img>")),
-            "video_placeholder": str(tok_cfg.get("video_token", "<video>")),
-            "video_suffix": "",
-            "video_frame": "Frame{i}: ",
-            "video_frame_sep": "\n",
-        }
-    if tiling:
-        out["tiling"] = tiling
-    return out
-
-
-def _llava_folder(base: dict[str, Any], files: ModelFiles) -> dict[str, Any]:
-    """LlavaNextImageProcessor's crop size and pinpoints, LlavaNextProcessor's feature settings."""
-    pre, proc = files.preprocessor, files.processor
-    anyres: dict[str, Any] = {}
-    side = _dict(pre.get("crop_size")).get("height", _dict(pre.get("size")).get("shortest_edge"))
-    if isinstance(side, int):
-        anyres["image_size"] = side
-    pins = pre.get("image_grid_pinpoints")
-    if isinstance(pins, list):
-        anyres["grid_pinpoints"] = [tuple(p) for p in pins]
-    for src, dst in (
-        ("patch_size", "vision_patch_size"),
-        ("num_additional_image_tokens", "num_additional_image_tokens"),
-        ("vision_feature_select_strategy", "feature_select"),
-    ):
-        if src in proc and proc[src] is not None:
-            anyres[dst] = proc[src]
-    return {"anyres": anyres} if anyres else {}
-
-
-# --------------------------------------------------------------------------------------------------
-# The family table
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FamilyRules:
-    """What a preset of one family must set, and what it reads from a local model folder."""
-
-    # (field, what it is): fields that must not be None
-    requires: tuple[tuple[str, str], ...]
-    read_folder: Callable[[dict[str, Any], ModelFiles], dict[str, Any]]
-    video_samplers: tuple[str, ...] | None = None  # the video samplers it takes (None: any)
-    timestamps: bool = False  # whether the family can write per-group timestamps (Qwen3)
-
-    def check(self, preset: ModelPreset) -> None:
-        for name, what in self.requires:
-            if getattr(preset, name) is None:
-                raise ValueError(f"a {preset.family} preset needs {what}")
-        if self.video_samplers is not None and preset.video_sampler not in self.video_samplers:
-            raise ValueError(
-                f"a {preset.family} preset samples videos with {' or '.join(self.video_samplers)}, "
-                f"not {preset.video_sampler}"
-            )
-        if preset.timestamps and not self.timestamps:
-            able = ", ".join(f for f, r in FAMILY_RULES.items() if r.timestamps)
-            raise ValueError(f"timestamps (Qwen3 per-group text) apply to the {able} family only")
-
-
-_TEXT = ("text", "a text section (placeholders and wrappers)")
-_TILED = FamilyRules(
-    requires=(_TEXT, ("tiling", "a tiling section")),
-    read_folder=_tiled_folder,
-    video_samplers=("uniform", "none"),
-)
-
-FAMILY_RULES: dict[str, FamilyRules] = {
-    "qwen": FamilyRules(
-        requires=(("video_min_pixels", "video_min_pixels"), ("video_max_pixels", "video_max_pixels")),
-        read_folder=_qwen_folder,
-        video_samplers=("qwen_vl_utils", "qwen3"),
-        timestamps=True,
-    ),
-    "internvl": _TILED,
-    "nemotron_vl": _TILED,
-    "llava": FamilyRules(
-        requires=(
-            _TEXT,
-            ("anyres", "an anyres section"),
-            ("chat_template", "a chat_template (LLaVA does not use ChatML)"),
-        ),
-        read_folder=_llava_folder,
-        video_samplers=("none",),
-    ),
-}

@@ -1,4 +1,4 @@
-"""Media recipes: where a subset's media references come from (user-editable YAML under ``catalog/``).
+"""Media recipes: where a subset's media references come from (user-editable YAML under ``recipes/``).
 
 A recipe lists sources, tried in order for every reference; the first one that yields the object wins:
 

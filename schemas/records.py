@@ -17,6 +17,9 @@ from typing import Any, Literal
 Part = dict[str, Any]
 Message = dict[str, Any]  # {"role": str, "content": list[Part]}
 
+#: Content part types that carry media (the rest is text).
+MEDIA_TYPES = ("image", "video")
+
 
 @dataclass(frozen=True, slots=True)
 class MediaRef:

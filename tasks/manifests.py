@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..schemas.manifests import TABLES
 from ..schemas.rows import MediaRow, SampleRow
+from ..schemas.tables import TABLES
 from .storage import atomic_write_bytes, url_to_fs
 
 FINGERPRINT_KEY = b"vlmforge.fingerprint"

@@ -26,6 +26,9 @@ def _jpeg() -> bytes:
 JPEG = _jpeg()  # a real image, so a run's media stage accepts /ok.jpg
 
 
+CLOSE_EMPTY = "Content-Length: 0\r\nConnection: close\r\n\r\n"
+
+
 @dataclass
 class Conn:
     path: str = ""
@@ -128,13 +131,17 @@ class DripServer:
                 return
 
     def _answer(self, sock: socket.socket, conn: Conn) -> None:
+        """One response per connection (each says ``Connection: close``: the server hangs up after it)."""
         path = conn.path
         if path in self.redirects:
-            head = f"HTTP/1.1 302 Found\r\nLocation: {self.redirects[path]}\r\nContent-Length: 0\r\n\r\n"
+            location = self.redirects[path]
+            head = f"HTTP/1.1 302 Found\r\nLocation: {location}\r\n" + CLOSE_EMPTY
             sock.sendall(head.encode())
             return
         if path == "/ok.jpg":
-            sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(JPEG) + JPEG)
+            sock.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(JPEG) + JPEG
+            )
         elif path == "/drip-status.jpg":
             self._drip(sock, conn, b"HTTP/1.1 200 O", forever=b"K")  # a status line that never ends
         elif path == "/drip-headers.jpg":
@@ -152,4 +159,4 @@ class DripServer:
             sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: image/jpeg\r\n\r\n")
             self._drip(sock, conn, JPEG, forever=b"\x00")
         else:
-            sock.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+            sock.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")

@@ -12,8 +12,8 @@ from typing import Any
 
 from PIL import Image
 
+from vlmforge.schemas.sample_keys import sanitize_key
 from vlmforge.tasks.manifests import OutputLayout, write_part, write_records_part
-from vlmforge.tasks.publish.keys import sanitize_key
 from vlmforge.tasks.publish.publish import publish_metadataset, publish_subset
 from vlmforge.tasks.storage import ContentStore
 

@@ -1,5 +1,6 @@
 """The layout rules of tasks/README.md, checked: every package installs, schemas/ imports nothing of ours,
-no import cycle (function-level imports included), no oversized module."""
+stages import only earlier stages' front doors, flows/ only front doors, no import cycle (function-level
+imports included), no oversized module."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import ast
 import tomllib
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
-PRODUCT = ("flows", "tasks", "schemas", "expectations", "catalog")
+PRODUCT = ("flows", "tasks", "schemas", "expectations", "recipes")
 MAX_LINES = 500
 
 
@@ -94,3 +97,76 @@ def test_no_module_is_oversized() -> None:
         if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
     assert not big, big
+
+
+def _stage(module: str) -> str | None:
+    """The stage a product module belongs to (``vlmforge.energon`` is the publish format's reading side)."""
+    from vlmforge.tasks import STAGES
+
+    parts = module.split(".")
+    if module == "vlmforge.energon":
+        return "publish"
+    return parts[2] if len(parts) > 2 and parts[1] == "tasks" and parts[2] in STAGES else None
+
+
+def _is_shared(module: str) -> bool:
+    from vlmforge.tasks import SHARED
+
+    parts = module.split(".")
+    return parts[1] == "schemas" or (parts[1] == "tasks" and len(parts) == 3 and parts[2] in SHARED)
+
+
+def _import_violations(mods: dict[str, Path]) -> list[str]:
+    """Imports against the stage order, one line each: importer -> imported: why."""
+    from vlmforge.tasks import STAGES
+
+    known = set(mods)
+    bad = []
+    for name, path in sorted(mods.items()):
+        here = _stage(name)
+        top = name.split(".")[1] if "." in name else ""
+        for dep in sorted(_imports(name, path, known)):
+            there = _stage(dep)
+            door = f"vlmforge.tasks.{there}"
+            if _is_shared(name) and there is not None:
+                bad.append(f"{name} -> {dep}: a shared module imports a stage")
+            elif there is None or there == here:
+                continue
+            elif dep != door:
+                bad.append(f"{name} -> {dep}: past the front door {door}")
+            elif here is not None and STAGES.index(there) > STAGES.index(here):
+                bad.append(f"{name} -> {dep}: {there} comes after {here}")
+            elif here is None and top not in ("flows", "tasks"):
+                bad.append(f"{name} -> {dep}: only flows/ and stages import stages")
+    return bad
+
+
+def test_stages_import_earlier_front_doors_only() -> None:
+    bad = _import_violations(_modules())
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "why"),
+    [
+        (
+            "vlmforge.tasks.catalog.probe",
+            "from ..publish import publish_dataset",
+            "publish comes after catalog",
+        ),
+        ("vlmforge.tasks.batch.probe", "from ..parse.lines import split_lines", "past the front door"),
+        ("vlmforge.flows.probe", "from ..tasks.media.image import process_image", "past the front door"),
+        ("vlmforge.tasks.storage", "from .media import process_image", "a shared module imports a stage"),
+        (
+            "vlmforge.schemas.probe",
+            "from ..tasks.parse import parse_batch",
+            "a shared module imports a stage",
+        ),
+    ],
+)
+def test_the_order_check_sees_a_violation(tmp_path: Path, module: str, line: str, why: str) -> None:
+    """The check above fails on each kind of import against the order."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(line + "\n")
+    bad = _import_violations(_modules() | {module: probe})
+    assert [v for v in bad if v.startswith(module + " ")] and why in " ".join(bad), bad

@@ -4,7 +4,8 @@ A knob is a function of the sample and the run's config returning None (keep) or
 :func:`~vlmforge.schemas.reasons.reason` whose code is the knob's name. Record knobs look at the parsed record
 and run before any media work (a dropped sample costs nothing); token knobs look at the counted sample.
 Adding a knob is one entry in :data:`RECORD_KNOBS` or :data:`TOKEN_KNOBS` (in the order they apply), its
-config field (a ``BATCH_INPUTS`` sub-model, so it is fingerprinted), its CLI option and its reason code.
+config field (a ``BATCH_INPUTS`` sub-model, so it is fingerprinted; its ``description`` makes it a CLI option,
+flows/cli_options.py) and its reason code.
 """
 
 from __future__ import annotations

@@ -12,19 +12,24 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ...schemas.config import RunConfig
-from ...schemas.presets import ModelPreset
 from ...schemas.reasons import reason
 from ...schemas.records import MediaRef, Record, SubsetEntry
 from ...schemas.rows import MediaRow
-from ..catalog.layouts.store_refs import is_store_ref, read_store_ref
-from ..fetch.acquire import FetchStream, read_outcome
-from ..fetch.client import HttpOptions
-from ..fetch.options import FetchContext, FetchOptions
-from ..fetch.outcomes import FetchOutcome, FetchStats, outcome_columns
-from ..fetch.recipe_files import find_recipe
-from ..fetch.release import MediaResolver, MissingMedia
+from ..catalog import find_recipe
+from ..fetch import (
+    FetchContext,
+    FetchKnobs,
+    FetchOutcome,
+    FetchStats,
+    FetchStream,
+    MediaResolver,
+    MissingMedia,
+    outcome_columns,
+    read_outcome,
+)
+from ..geometry import ModelGeometry, VideoSpec
+from ..staging import is_store_ref, read_store_ref
 from ..storage import ContentStore, sha256_bytes
-from ..tokens.families.base import VideoSpec
 from .normalise import MediaOutcome, Normaliser, rejected
 from .stats import BatchStats
 
@@ -53,12 +58,12 @@ class MediaStep:
         self,
         entry: SubsetEntry,
         cfg: RunConfig,
-        preset: ModelPreset,
+        geometry: ModelGeometry,
         store: ContentStore,
         host_share: int = 1,
     ) -> None:
         self.entry, self.cfg, self.store, self.host_share = entry, cfg, store, host_share
-        self.normalise = Normaliser(cfg, preset, store)
+        self.normalise = Normaliser(cfg, geometry, store)
         self.resolver = MediaResolver(
             entry.path, entry.media_tars, cfg.media.media_roots, storage_options=entry.storage_options
         )
@@ -77,14 +82,7 @@ class MediaStep:
         refs = sorted({m.ref for r in records for m in r.media})
         if self.recipe is None or not refs:
             return
-        options = FetchOptions(
-            concurrency=self.cfg.fetch.fetch_concurrency,
-            http=HttpOptions(
-                per_host=self.cfg.fetch.fetch_per_host, request_timeout=self.cfg.fetch.fetch_request_timeout
-            ),
-            batch_timeout=self.cfg.fetch.fetch_batch_timeout,
-            host_share=self.host_share,
-        )
+        options = FetchKnobs.for_run(self.cfg.fetch, self.host_share)
         context = FetchContext(
             self.entry.path, self.entry.media_tars, self.cfg.media.media_roots, self.cfg.fetch.env_allow
         )

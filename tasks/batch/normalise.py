@@ -14,17 +14,17 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ...schemas.config import RunConfig
-from ...schemas.presets import ModelPreset
 from ...schemas.reasons import reason
 from ...schemas.rows import MediaRow
-from ..media.formats import accepted_image_formats
-from ..media.frames import model_frame_size, sample_frames
-from ..media.image import process_image
-from ..media.video import VideoResult, probe_video
+from ..geometry import ModelGeometry, VideoSpec
+from ..media import (
+    VideoResult,
+    accepted_image_formats,
+    probe_video,
+    process_image,
+    sample_frames,
+)
 from ..storage import ContentStore
-from ..tokens.count import sample_video_frames
-from ..tokens.families.base import VideoSpec
-from ..tokens.resize import AspectRatioError, smart_resize
 
 VIDEO_EXTS = {"mp4", "mov", "webm", "mkv", "avi"}
 
@@ -63,10 +63,8 @@ class _Normalise(Protocol):
 class Normaliser:
     """Turns a reference's bytes into stored media (cached nothing: the media step caches per reference)."""
 
-    def __init__(self, cfg: RunConfig, preset: ModelPreset, store: ContentStore) -> None:
-        self.cfg, self.preset, self.store = cfg, preset, store
-        self.max_pixels = cfg.tokens.max_pixels or preset.max_pixels
-        self.min_pixels = cfg.tokens.min_pixels or preset.min_pixels
+    def __init__(self, cfg: RunConfig, geometry: ModelGeometry, store: ContentStore) -> None:
+        self.cfg, self.geometry, self.store = cfg, geometry, store
         self.accepted_formats = accepted_image_formats(cfg.media.extra_image_formats)
         videos: dict[str, _Normalise] = {"keep": self.video_kept, "frames": self.video_frames}
         self.by_kind: dict[str, _Normalise] = {"image": self.image, "video": videos[cfg.media.video_mode]}
@@ -74,29 +72,14 @@ class Normaliser:
     def __call__(self, row: MediaRow, data: bytes) -> MediaOutcome:
         return self.by_kind[row.kind](row, data)
 
-    def target_size(self, height: int, width: int) -> tuple[int, int]:
-        try:
-            return smart_resize(height, width, self.preset.factor, self.min_pixels, self.max_pixels)
-        except AspectRatioError as exc:
-            raise ValueError(str(exc)) from exc
-
-    def choose_frames(self, n_frames: int, fps: float) -> list[int]:
-        return sample_video_frames(
-            self.preset,
-            n_frames,
-            fps,
-            max_num_frames=self.cfg.tokens.max_num_frames,
-            mode=self.cfg.tokens.frames_mode,
-        )
-
     def image(self, row: MediaRow, data: bytes) -> MediaOutcome:
         res = process_image(
             data,
-            target_size=self.target_size,
-            max_pixels=self.max_pixels,
+            target_size=self.geometry.stored_image_size,
+            max_pixels=self.geometry.max_pixels,
             max_image_pixels=self.cfg.media.max_image_pixels,
             image_format=self.cfg.media.image_format,
-            min_pixels=self.min_pixels,
+            min_pixels=self.geometry.min_pixels,
             min_side=self.cfg.media.min_image_side,
             accepted_formats=self.accepted_formats,
         )
@@ -112,7 +95,9 @@ class Normaliser:
 
     def video_kept(self, row: MediaRow, data: bytes) -> MediaOutcome:
         """``--video-mode keep``: the video bytes go to the shard; only the sampled frames are decoded."""
-        res = probe_video(data, choose_frames=self.choose_frames, timeout_s=self.cfg.media.video_timeout_s)
+        res = probe_video(
+            data, choose_frames=self.geometry.choose_frames, timeout_s=self.cfg.media.video_timeout_s
+        )
         _record_probe(row, res)
         if res.status != "ok":
             return _media_failure(row, res.reason, res.detail)
@@ -132,8 +117,8 @@ class Normaliser:
         fmt = "jpeg" if self.cfg.media.image_format == "keep" else self.cfg.media.image_format
         vf = sample_frames(
             data,
-            choose_frames=self.choose_frames,
-            frame_size=model_frame_size(self.preset, video_max_pixels=self.cfg.media.video_max_pixels),
+            choose_frames=self.geometry.choose_frames,
+            frame_size=self.geometry.frame_size,
             image_format=fmt,
             timeout_s=self.cfg.media.video_timeout_s,
         )

@@ -13,7 +13,7 @@ from ...schemas.config import RunConfig
 from ...schemas.reasons import REASONS, code_of, reason
 from ...schemas.records import Record, Reject
 from ...schemas.rows import MediaRow, SampleRow
-from ..publish.keys import sanitize_key, split_for_key
+from ...schemas.sample_keys import sanitize_key, split_for_key
 from .knobs import n_images, record_drop, token_drop
 from .media_step import MediaStep
 from .shard_record import shard_record

@@ -11,7 +11,7 @@ from typing import Any
 
 from ...schemas.records import Record
 from ...schemas.rows import MediaRow, SampleRow
-from ..media.frames import frame_part_names
+from ..media import frame_part_names
 
 
 def shard_record(record: Record, row: SampleRow, media: list[MediaRow]) -> str:

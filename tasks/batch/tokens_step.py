@@ -10,12 +10,10 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 from ...schemas.config import RunConfig
-from ...schemas.presets import ModelPreset, load_preset
 from ...schemas.records import Record
 from ...schemas.rows import MediaRow
-from ..tokens.count import SampleTokens, count_sample_tokens
-from ..tokens.seq_len import SeqLenFit, apply_seq_len
-from ..tokens.text import TextTokenizer
+from ..geometry import ModelGeometry, load_preset
+from ..tokens import SampleTokens, SeqLenFit, TextTokenizer, apply_seq_len, count_sample_tokens
 from .media_step import SampleMedia
 
 
@@ -27,14 +25,6 @@ def _tokenizer(model: str, model_dir: str | None, path: str | None) -> TextToken
 def get_tokenizer(cfg: RunConfig) -> TextTokenizer:
     """The run's text tokenizer (cached per worker process: building one costs ~1 s)."""
     return _tokenizer(cfg.tokens.model, cfg.tokens.model_dir, cfg.tokens.tokenizer)
-
-
-def preset_for(cfg: RunConfig) -> ModelPreset:
-    """The run's model preset with ``--min-pixels`` as its ``min_pixels``: the processor's lower bound, which
-    the token count needs as much as the resize (an image kept in range may still round below it)."""
-    preset = load_preset(cfg.tokens.model, cfg.tokens.model_dir)
-    lo = cfg.tokens.min_pixels
-    return preset if lo is None else preset.model_copy(update={"min_pixels": lo})
 
 
 @dataclass
@@ -53,8 +43,9 @@ class CountedSample:
 
 
 class TokenStep:
-    def __init__(self, cfg: RunConfig, preset: ModelPreset, tokenizer: TextTokenizer) -> None:
-        self.options, self.preset, self.tokenizer = cfg.tokens, preset, tokenizer
+    def __init__(self, cfg: RunConfig, geometry: ModelGeometry, tokenizer: TextTokenizer) -> None:
+        self.options, self.tokenizer = cfg.tokens, tokenizer
+        self.preset, self.max_pixels = geometry.preset, geometry.max_pixels_knob
 
     def count(self, record: Record, media: SampleMedia) -> CountedSample:
         """Count the sample's tokens and write each media row's visual tokens. ``ValueError`` when they
@@ -65,7 +56,7 @@ class TokenStep:
             self.tokenizer,
             media.image_sizes,
             media.videos,
-            max_pixels=self.options.max_pixels,
+            max_pixels=self.max_pixels,
         )
         _set_visual_tokens(media.rows, tokens)
         return CountedSample(self, record, media, tokens)
@@ -80,7 +71,7 @@ class TokenStep:
             sample.tokens,
             seq_len=self.options.seq_len,
             mode=self.options.seq_len_mode,
-            max_pixels=self.options.max_pixels,
+            max_pixels=self.max_pixels,
         )
 
 

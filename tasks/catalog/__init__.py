@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+from .recipe_files import RecipeError, builtin_catalog_dir, check_ready, find_recipe, load_recipe
+from .recipe_fingerprints import (
+    recipe_fingerprint,
+    recipe_fingerprints_from_dir,
+    recipe_fingerprints_of,
+    with_recipe_fingerprints,
+)
+from .recipe_init import draft_recipe
+from .refresh import (
+    RefreshPlan,
+    SubsetChange,
+    catalog_columns,
+    last_run_options,
+    parse_license_allow,
+    plan_refresh,
+    plan_release_refresh,
+    read_previous_catalog,
+    refresh_config,
+    split_by_license,
+    unpublish_subset,
+    write_subsets_row,
+)
+from .release_catalog import catalog_release, list_subset_names
+from .revision import release_revision
+from .scan import strip_bom
+from .storage_options import parse_storage_options
+
+__all__ = [
+    "RecipeError",
+    "RefreshPlan",
+    "SubsetChange",
+    "builtin_catalog_dir",
+    "catalog_columns",
+    "catalog_release",
+    "check_ready",
+    "draft_recipe",
+    "find_recipe",
+    "last_run_options",
+    "list_subset_names",
+    "load_recipe",
+    "parse_license_allow",
+    "parse_storage_options",
+    "plan_refresh",
+    "plan_release_refresh",
+    "read_previous_catalog",
+    "recipe_fingerprint",
+    "recipe_fingerprints_from_dir",
+    "recipe_fingerprints_of",
+    "refresh_config",
+    "release_revision",
+    "split_by_license",
+    "strip_bom",
+    "unpublish_subset",
+    "with_recipe_fingerprints",
+    "write_subsets_row",
+]

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 
 import orjson
 
-from ..publish.keys import sanitize_key
+from ...schemas.sample_keys import sanitize_key
 
 Lines = Callable[[], Iterator[tuple[int, bytes, int]]]  # (line, bytes, offset) of the file, read afresh
 

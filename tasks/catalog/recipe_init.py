@@ -17,8 +17,8 @@ from typing import Any
 import yaml
 
 from ...schemas.recipes import parse_recipe
+from ...schemas.records import MEDIA_TYPES
 from ..errors import ReleaseError
-from ..parse.parts import MEDIA_TYPES
 from ..storage import url_to_fs
 from .licenses import detect_license
 

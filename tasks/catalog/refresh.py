@@ -19,7 +19,7 @@ import fnmatch
 import shutil
 import time
 import uuid
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,8 +27,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ...schemas.manifests import CATALOG_FIELDS, SUBSETS
+from ...schemas.config import ExecutionOptions, RunConfig
+from ...schemas.option_values import comma_list
 from ...schemas.records import SubsetEntry
+from ...schemas.tables import CATALOG_FIELDS, SUBSETS
 from ..manifests import OutputLayout
 from ..storage import atomic_write_bytes
 
@@ -251,7 +253,7 @@ def split_by_license(
 
 def parse_license_allow(values: Iterable[str] | None) -> list[str]:
     """``--license-allow CC-BY-4.0,MIT --license-allow Apache-2.0`` as one list."""
-    return [p.strip() for v in values or () for p in v.split(",") if p.strip()]
+    return list(comma_list(values))
 
 
 def unpublish_subset(layout: OutputLayout, subset: str) -> bool:
@@ -290,3 +292,51 @@ def last_run_options(out: str) -> dict[str, Any] | None:
         if isinstance(config, dict):
             return config
     return None
+
+
+# --- a refresh's plan and options ---------------------------------------------------------------
+
+
+def plan_release_refresh(
+    entries: Sequence[SubsetEntry],
+    out: str,
+    license_allow: Collection[str] = (),
+    *,
+    retry_unpublished: bool = False,
+) -> RefreshPlan:
+    """The refresh plan of ``entries`` against ``out``'s last run; disallowed published subsets come out."""
+    kept, excluded = split_by_license(entries, license_allow)
+    previous = read_previous_catalog(OutputLayout(out))
+    plan = plan_refresh(kept, previous, retry_unpublished=retry_unpublished)
+    for subset, why in excluded:  # a subset whose license is no longer allowed comes out
+        if subset in previous:
+            plan.changes.append(SubsetChange(subset, "unpublish", (why,)))
+    return plan
+
+
+# Where the last run ran is not part of how it built its outputs: a refresh runs where it is told.
+_EXECUTION_OPTIONS = frozenset(ExecutionOptions.model_fields)
+
+
+def refresh_config(
+    release: str,
+    out: str,
+    subsets: Sequence[str],
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    license_allow: Sequence[str] = (),
+    overrides: Mapping[str, Any] | None = None,
+) -> RunConfig:
+    """A refresh's run options: the last run's (reruns are built like the rest), then ``overrides``."""
+    known = RunConfig.of(release=release, out=out).flat()
+    last = RunConfig.flatten(last_run_options(out) or {})
+    options: dict[str, Any] = {k: v for k, v in last.items() if k in known and k not in _EXECUTION_OPTIONS}
+    options.update(overrides or {})
+    options.update(
+        release=release,
+        out=out,
+        subsets=tuple(subsets),
+        storage_options=dict(storage_options or {}),
+        license_allow=tuple(license_allow),
+    )
+    return RunConfig(**options)

@@ -17,12 +17,22 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
-from ..parse.lines import strip_bom
-from ..publish.keys import sanitize_key
+from ...schemas.sample_keys import sanitize_key
 from .batch_plan import BatchPlanner
 from .duplicates import hash64, line_id, resolve_duplicates
 
 CHUNK = 8 * 1024 * 1024
+
+#: The UTF-8 byte order mark some editors write at the start of a file.
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def strip_bom(data: bytes, first_line: int) -> bytes:
+    """``data`` without a UTF-8 BOM when it starts the file (``first_line`` 1); else ``data`` unchanged.
+
+    Only the file's first bytes can hold one: a BOM anywhere else is content (and invalid JSON there).
+    """
+    return data[len(UTF8_BOM) :] if first_line == 1 and data.startswith(UTF8_BOM) else data
 
 
 @dataclass(frozen=True)

@@ -23,17 +23,17 @@ from dataclasses import replace
 from typing import Any
 
 from ...schemas.recipes import Recipe, ref_variables
+from ..catalog import check_ready
 from ..errors import ConfigError
-from ..parse.refs import normalize_ref, unsafe_ref_reason
+from ..parse import normalize_ref, unsafe_ref_reason
 from ..storage import ContentStore
-from .batch import BatchRun
 from .client import HttpClient, HttpOptions
 from .failures import NO_SOURCE, NOT_FOUND, FetchError
-from .options import FetchContext, FetchOptions
+from .fetch_batch import BatchRun
+from .options import FetchContext, FetchKnobs
 from .outcomes import FetchOutcome, FetchResult, FetchStats, Located, final_failure
 from .recipe_env import bind_environment
-from .recipe_files import check_ready
-from .release import MissingMedia, read_location
+from .release_media import MissingMedia, read_location
 from .sources import SOURCES
 from .store_writes import StoreWriter
 
@@ -59,7 +59,7 @@ def fetch_batch(
     *,
     context: FetchContext | None = None,
     client: HttpClient | None = None,
-    options: FetchOptions | None = None,
+    options: FetchKnobs | None = None,
     expected: Mapping[str, str] | None = None,
     allow_draft: bool = False,
     on_ready: Callable[[FetchOutcome], None] | None = None,
@@ -73,7 +73,7 @@ def fetch_batch(
     """
     check_ready(recipe, allow_draft)
     recipe = bind_environment(recipe, (context or FetchContext()).env_allow)
-    options = options or FetchOptions()
+    options = options or FetchKnobs()
     if options.concurrency < 1:
         raise ConfigError("fetch concurrency must be at least 1")
     options = replace(options, http=replace(options.http, per_host=options.host_limit(options.http.per_host)))

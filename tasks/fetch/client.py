@@ -401,11 +401,9 @@ class HttpClient:
                     raise FetchError(TOO_LARGE, f"body exceeds the cap of {ask.cap} bytes", url=url)
                 if time.monotonic() > deadline:
                     discard(r)
+                    # the same words as the watchdog's cut: whichever sees the deadline first says it
                     raise FetchError(
-                        TIMEOUT,
-                        f"body still arriving at the deadline "
-                        f"({self.options.request_timeout:.0f} s per request, or the batch's; {n} bytes)",
-                        url=url,
+                        TIMEOUT, self._deadline_words(f"body still arriving ({n} bytes)"), url=url
                     )
                 out.write(chunk)
         except FetchError:

@@ -1,14 +1,16 @@
-"""The knobs of one fetch call, and the run and subset facts the release and local sources need."""
+"""The knobs of one fetch call (made from the run's ``FetchOptions``), and the run and subset facts the
+release and local sources need."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ...schemas.config import FetchOptions
 from .client import HttpOptions
 
 
 @dataclass(frozen=True)
-class FetchOptions:
+class FetchKnobs:
     """Knobs of the fetch stage (the HTTP client has its own, :class:`HttpOptions`)."""
 
     concurrency: int = 16  # threads of one batch (per-host limits apply on top)
@@ -25,6 +27,17 @@ class FetchOptions:
     # (``http.per_host``, a source's ``max_concurrency``) are for the whole run: each batch gets this share
     # of them, at least one request, so a 64-CPU cluster does not open 64 x the limit to one host.
     host_share: int = 1
+
+    @classmethod
+    def for_run(cls, run: FetchOptions, host_share: int) -> FetchKnobs:
+        """The knobs of a run's fetch options (``--fetch-concurrency``, ``--fetch-per-host``, the batch
+        deadline) for one of ``host_share`` batches fetching at once."""
+        return cls(
+            concurrency=run.fetch_concurrency,
+            http=HttpOptions(per_host=run.fetch_per_host, request_timeout=run.fetch_request_timeout),
+            batch_timeout=run.fetch_batch_timeout,
+            host_share=host_share,
+        )
 
     def host_limit(self, limit: int) -> int:
         return max(1, limit // max(1, self.host_share))

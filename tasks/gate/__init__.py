@@ -15,3 +15,35 @@ Modules, each depending only on those above it:
     report.py    the results for people: CLI rows, Markdown artifact, the HTML report page
     docs.py      Data Docs: GX's site made offline, under the report page, and the results index
 """
+
+from __future__ import annotations
+
+from .check import gate_subset
+from .docs import build_data_docs
+from .gate_report import quality_markdown, quality_rows
+from .params import load_overrides
+from .profiles import ManifestParts, Source, add_shard_views, open_views, shards_profile
+from .results import GateResult, RunQuality, load_run, record_gate, record_run
+from .suite_run import run_suite, shorten
+from .suites import SUITES
+
+__all__ = [
+    "GateResult",
+    "ManifestParts",
+    "RunQuality",
+    "SUITES",
+    "Source",
+    "add_shard_views",
+    "build_data_docs",
+    "gate_subset",
+    "load_overrides",
+    "load_run",
+    "open_views",
+    "quality_markdown",
+    "quality_rows",
+    "record_gate",
+    "record_run",
+    "run_suite",
+    "shards_profile",
+    "shorten",
+]

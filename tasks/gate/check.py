@@ -13,16 +13,15 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ...schemas.presets import load_preset
 from ..errors import ConfigError
+from ..geometry import geometry_of
 from ..manifests import OutputLayout
-from ..tokens.families import family_of
 from .drift import Baseline, drift_profile, last_published
 from .params import GateOverrides, gate_params, load_overrides
 from .profiles import ManifestParts, Source, media_profile, open_views, samples_profile
 from .results import GateResult
+from .suite_run import run_suite
 from .suites import GATE_SUITES
-from .validate import run_suite
 
 if TYPE_CHECKING:
     from ...schemas.config import RunConfig
@@ -39,7 +38,7 @@ def gate_subset(
     """The flow's gate for one subset: its manifests under ``cfg.out``, the run's options, the model
     preset, the gate overrides (``cfg.gate.gate_overrides``) and the subset's last published run."""
     layout = OutputLayout(cfg.out)
-    preset = load_preset(cfg.tokens.model, cfg.tokens.model_dir)
+    geometry = geometry_of(cfg)
     if overrides is None:
         overrides = load_overrides(cfg.gate.gate_overrides)
     return run_gate(
@@ -47,12 +46,12 @@ def gate_subset(
         ManifestParts.of(layout, "samples", entry.subset),
         ManifestParts.of(layout, "media", entry.subset),
         rows=entry.rows,
-        max_pixels=cfg.tokens.max_pixels or preset.max_pixels,
-        min_pixels=cfg.tokens.min_pixels or preset.min_pixels,
+        max_pixels=geometry.max_pixels,
+        min_pixels=geometry.min_pixels,
         seq_len=cfg.tokens.seq_len,
         max_num_images=cfg.tokens.max_num_images,
         max_reject_rate=cfg.gate.max_reject_rate,
-        token_factor=family_of(preset).resize_factor(preset),
+        token_factor=geometry.token_factor,
         baseline=last_published(layout, entry.subset, exclude_run=run_id),
         overrides=overrides,
     )

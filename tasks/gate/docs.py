@@ -24,8 +24,8 @@ from typing import Any
 
 from ..manifests import OutputLayout
 from ..storage import is_local
+from .gate_report import QualityDocs, report_html
 from .gx import quiet_context
-from .report import QualityDocs, report_html
 from .results import DOCS, RunQuality, load_run, now, read_json, run_folder, write_json
 from .suites import SUITES, load_suite
 

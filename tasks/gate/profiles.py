@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pyarrow as pa
 
-from ...schemas.manifests import TABLES
+from ...schemas.tables import TABLES
 from ..manifests import OutputLayout
 from ..storage import is_local
 

@@ -6,8 +6,8 @@ images. Training then loads images only: no video decoder, no resize, no seek at
 
 :func:`sample_frames` does the work in ONE decode pass: it is :func:`vlmforge.tasks.media.video.probe_video`
 (the same verification, rejects, pixel limit and wall-clock limit) with a frame hook that converts each
-sampled frame as it is decoded, so at most one decoded frame is held at a time. :func:`model_frame_size` gives
-the per-frame size for a model preset (qwen-vl-utils / Qwen3 video processor rules in ``tasks/tokens/``).
+sampled frame as it is decoded, so at most one decoded frame is held at a time. The per-frame size is the
+run's model geometry's (``ModelGeometry.frame_size``: the qwen-vl-utils / Qwen3 video processor rules).
 
 Pure functions over bytes; no I/O, no orchestration imports.
 """
@@ -19,13 +19,11 @@ from dataclasses import dataclass, replace
 
 from PIL import Image
 
-from ...schemas.presets import ModelPreset
-from ..tokens.count import video_tokens
 from .encode import FMT_TO_EXT, EncodeFormat, ImageFormat, encode_image
 from .rejects import media_reason
 from .video import SampledFrame, VideoResult, probe_video
 
-__all__ = ["FrameSize", "VideoFrames", "frame_part_names", "model_frame_size", "sample_frames"]
+__all__ = ["FrameSize", "VideoFrames", "frame_part_names", "sample_frames"]
 
 #: ``frame_size(n_sampled, height, width) -> (H, W)``: the output size of every frame of a video whose
 #: displayed size is ``height`` x ``width`` and of which ``n_sampled`` frames are taken.
@@ -66,30 +64,6 @@ def frame_part_names(index: int, count: int, ext: str) -> list[str]:
     ``<key>``; the zero-padded frame number keeps lexical order (tar listings, sorted part names) equal to
     frame order (presets sample at most 768 frames)."""
     return [f"{index}.{k:04d}.{ext}" for k in range(count)]
-
-
-def model_frame_size(preset: ModelPreset, *, video_max_pixels: int | None = None) -> FrameSize:
-    """The per-frame size ``preset``'s video processor gives ``n_sampled`` frames of ``height`` x ``width``.
-
-    Qwen2/2.5: qwen-vl-utils ``fetch_video`` (per-frame cap from the token limits and the total budget over
-    the frames, capped by ``video_max_pixels``); Qwen3: the processor's all-frame budget. Frames stored at
-    this size are left unchanged by the model's processor, so token counts of frames and of the video
-    agree."""
-
-    def size(n_sampled: int, height: int, width: int) -> tuple[int, int]:
-        # the indices only feed Qwen3's timestamp text, never the size
-        tokens = video_tokens(
-            preset,
-            n_sampled,
-            height,
-            width,
-            indices=range(n_sampled),
-            video_fps=1.0,
-            max_pixels=video_max_pixels,
-        )
-        return tokens.resized_height, tokens.resized_width
-
-    return size
 
 
 def sample_frames(

@@ -20,7 +20,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from ...schemas.manifests import TABLES
+from ...schemas.tables import TABLES
 from ..errors import ConfigError, OutputError
 from ..manifests import OutputLayout
 from ..storage import is_local

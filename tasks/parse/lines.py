@@ -4,7 +4,7 @@ A line over ``max_line_bytes`` is refused before it is decoded (``line_too_long`
 costs no more memory than its own bytes. A line orjson refuses gets the stdlib decoder's words (they name
 the column): ``empty_line``, ``invalid_utf8: byte N: ...``, ``invalid_json: <msg> (col N)``. Files are read
 in whole-line chunks whose memory is bounded by the chunk size plus the longest line. A UTF-8 byte order
-mark at the very start of the file is not part of line 1 (:func:`strip_bom`; the catalog's scan agrees).
+mark at the very start of the file is not part of line 1 (the catalog's rule: :func:`strip_bom`).
 """
 
 from __future__ import annotations
@@ -20,16 +20,6 @@ from ...schemas.records import Reject
 
 #: Lines longer than this are rejected undecoded (``line_too_long``); 16 MiB is ~4M tokens of text.
 MAX_LINE_BYTES = 16 * 1024 * 1024
-#: The UTF-8 byte order mark some editors write at the start of a file.
-UTF8_BOM = b"\xef\xbb\xbf"
-
-
-def strip_bom(data: bytes, first_line: int) -> bytes:
-    """``data`` without a UTF-8 BOM when it starts the file (``first_line`` 1); else ``data`` unchanged.
-
-    Only the file's first bytes can hold one: a BOM anywhere else is content (and invalid JSON there).
-    """
-    return data[len(UTF8_BOM) :] if first_line == 1 and data.startswith(UTF8_BOM) else data
 
 
 def split_lines(data: bytes) -> list[bytes]:

@@ -16,7 +16,6 @@ from ...schemas.records import Part
 from .invalid import Invalid, invalid_record
 from .refs import check_ref
 
-MEDIA_TYPES = ("image", "video")
 #: Deepest nesting accepted in a part's ``metadata`` (kept verbatim in the record).
 MAX_METADATA_DEPTH = 64
 

@@ -12,7 +12,7 @@ from typing import Any
 from ...schemas.reasons import reason
 from ...schemas.records import MediaRef, Record, Reject
 from .forms.messages import fast_record
-from .forms.registry import FORMS
+from .forms.record_forms import FORMS
 from .invalid import Invalid, invalid_record
 from .refs import NO_SCHEMES
 from .usable import check_usable

@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from .check_report import ValidationReport, format_reports
+from .dataset_check import validate_blend, validate_output, validate_subset
+from .listing import published_subsets, read_manifest
+from .metadataset import dataset_splits, ensure_dataset_config
+from .publish import PublishResult, publish_metadataset, publish_subset
+from .rolling import parse_size
+from .shards_suite import ShardsGateFailed, shards_check
+from .splits import EmptyTrainSplitError, metadataset_val_problem, val_split_note
+
+__all__ = [
+    "EmptyTrainSplitError",
+    "PublishResult",
+    "ShardsGateFailed",
+    "ValidationReport",
+    "dataset_splits",
+    "ensure_dataset_config",
+    "format_reports",
+    "metadataset_val_problem",
+    "parse_size",
+    "publish_metadataset",
+    "publish_subset",
+    "published_subsets",
+    "read_manifest",
+    "shards_check",
+    "val_split_note",
+    "validate_blend",
+    "validate_output",
+    "validate_subset",
+]

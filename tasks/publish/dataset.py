@@ -1,6 +1,6 @@
 """Write one Megatron-Energon WebDataset per subset: deterministic tars, Energon's index, a staged swap.
 
-Layout of a published dataset ``dest`` (see docs energon-format.md §1, §11)::
+Layout of a published dataset ``dest`` (see docs/energon-format.md §1, §11)::
 
     dest/
     ├── train-<subset>-000000.tar (+ .tar.idx)     # uncompressed, deterministic GNU tars (:mod:`.tar`)
@@ -26,19 +26,20 @@ import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from ...schemas.sample_keys import SPLITS
 from ...schemas.subset_names import subset_name_problem
 from ..storage import no_space
 from .formats import DEFAULT_FORMAT, get_format
-from .formats.base import SampleFormat
+from .formats.sample_format import SampleFormat
 from .journal import Journal, Syncer, journal_header, open_staging
 from .listing import write_listing
-from .members import prepare_sample
 from .metadataset import write_dataset_configs
 from .prepare import DatasetIndex, iter_indexed_keys, seal_index, write_info_and_splits
 from .rolling import Done, ShardWriter
-from .samples import SPLITS, DatasetResult, DuplicateKeyError, EnergonPrepareError, ShardInfo, ShardSample
+from .samples import DatasetResult, DuplicateKeyError, EnergonPrepareError, ShardInfo, ShardSample
 from .splits import check_train_split
 from .swap import recover_old, remove, staging_path, swap_into_place
+from .tar_members import prepare_sample
 
 __all__ = ["write_energon_dataset"]
 

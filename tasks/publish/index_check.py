@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from .report import ValidationReport
+from .check_report import ValidationReport
 
 __all__ = ["check_index"]
 

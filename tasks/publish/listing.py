@@ -14,8 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ...schemas.sample_keys import SPLITS
 from ..manifests import OutputLayout
-from .samples import SPLITS, ShardInfo
+from .samples import ShardInfo
 
 __all__ = [
     "MANIFEST_NAME",

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..media.trainer_decode import PART_CHECKS, part_problem
+from ..media import PART_CHECKS, part_problem
 from .prepare import INDEX_SQLITE, META
 
 __all__ = ["media_problems"]

@@ -3,7 +3,7 @@ variants) and the MetadatasetV2 ``metadataset.yaml`` over a run's datasets.
 
 ``dataset_psi<N>.yaml`` (N = 1, 2, 4, 8) are ``dataset.yaml`` plus ``parallel_shard_iters: N``: a blend of
 many subsets picks one per leaf (``dataset_config:``) so a loader worker keeps few tar handles open per
-subset (energon-format.md §8, issue #81; see :mod:`vlmforge.tasks.ops.mix`). The metadataset lists a
+subset (docs/energon-format.md §8, issue #81; see :mod:`vlmforge.tasks.ops.mix`). The metadataset lists a
 subset under ``val`` (or ``train``) only if its ``split.yaml`` has that split: Energon cannot load an empty
 or missing split.
 """
@@ -16,9 +16,9 @@ from typing import Any
 
 import yaml
 
+from ...schemas.sample_keys import SPLITS
 from ..storage import atomic_write_text
-from .formats.base import SampleFormat
-from .samples import SPLITS
+from .formats.sample_format import SampleFormat
 
 __all__ = [
     "PSI_CONFIGS",

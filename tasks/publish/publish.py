@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ...schemas.manifests import TABLES
 from ...schemas.reasons import reason
+from ...schemas.tables import TABLES
 from ..manifests import (
     FINGERPRINT_KEY,
     STATS_KEY,

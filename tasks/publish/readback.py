@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .check_report import ValidationReport, listed
 from .formats import format_of_dataset
 from .index_check import check_index
 from .media_check import media_problems
-from .report import ValidationReport, listed
 
 __all__ = ["validate_energon_dataset"]
 

@@ -12,44 +12,28 @@ fingerprint and its file is intact it is kept, otherwise the remembered samples 
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...schemas.option_values import size_bytes
+from ...schemas.sample_keys import Split
 from ..errors import ConfigError
 from .journal import Journal, Syncer
-from .members import BLOCK, Prepared
-from .samples import Split
 from .tar import TarMember, TarOut
+from .tar_members import BLOCK, Prepared
 
 __all__ = ["Done", "OnDone", "ShardWriter", "parse_size"]
 
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:([kmgtp])(i?)b?|b)?\s*$", re.IGNORECASE)
-_SIZE_POWER = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
-
 
 def parse_size(text: str | int) -> int:
-    """Bytes from a size such as ``1GB``, ``512MiB``, ``1.5G``, ``700kb`` or ``4096`` (plain bytes).
-
-    Decimal units (``KB``, ``MB``, ``GB``, ``TB``, ``PB``, with or without ``B``) are powers of 1000, binary
-    units (``KiB``, ``MiB``, ...) powers of 1024, case-insensitive. Raises :class:`ConfigError` with the
-    accepted forms otherwise (also for zero).
-    """
-    if isinstance(text, int) and not isinstance(text, bool):
-        value: float = text
-    else:
-        match = _SIZE_RE.match(str(text))
-        if not match:
-            raise ConfigError(
-                f"invalid size {text!r}: use a number with an optional unit, e.g. 1GB, 512MiB, 1.5G, 4096"
-            )
-        number, unit, binary = match.group(1), (match.group(2) or "").lower(), bool(match.group(3))
-        value = float(number) * (1024 if binary else 1000) ** _SIZE_POWER[unit]
-    if value < 1:
-        raise ConfigError(f"invalid size {text!r}: must be at least 1 byte")
-    return int(value)
+    """Bytes from a size such as ``1GB`` or ``512MiB`` (:func:`size_bytes`); :class:`ConfigError` with the
+    accepted forms otherwise."""
+    try:
+        return size_bytes(text)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 @dataclass

@@ -12,7 +12,9 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
+
+from ...schemas.sample_keys import SPLITS, Split
 
 __all__ = [
     "SPLITS",
@@ -24,9 +26,6 @@ __all__ = [
     "ShardSample",
     "Split",
 ]
-
-Split = Literal["train", "val"]
-SPLITS: tuple[Split, ...] = ("train", "val")
 
 
 class DuplicateKeyError(ValueError):

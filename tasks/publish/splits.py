@@ -21,8 +21,8 @@ from pathlib import Path
 
 import yaml
 
+from ...schemas.sample_keys import Split
 from .metadataset import dataset_splits
-from .samples import Split
 
 __all__ = ["EmptyTrainSplitError", "check_train_split", "metadataset_val_problem", "val_split_note"]
 

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
-from .members import BLOCK, Prepared, padded
 from .samples import EnergonPrepareError, MediaPart
+from .tar_members import BLOCK, Prepared, padded
 
 __all__ = ["TarMember", "TarOut", "file_sha256", "header_byte_sum", "tar_members"]
 

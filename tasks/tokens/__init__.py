@@ -1,0 +1,13 @@
+from __future__ import annotations
+
+from .count import SampleTokens, count_sample_tokens
+from .seq_len import SeqLenFit, apply_seq_len
+from .text import TextTokenizer
+
+__all__ = [
+    "SampleTokens",
+    "SeqLenFit",
+    "TextTokenizer",
+    "apply_seq_len",
+    "count_sample_tokens",
+]

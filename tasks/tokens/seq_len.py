@@ -20,8 +20,8 @@ from typing import Any, Literal
 
 from ...schemas.presets import ModelPreset
 from ...schemas.reasons import reason
+from ..geometry import ExpandedText, VideoSpec
 from .count import SampleTokens, expand_sample
-from .families.base import ExpandedText, VideoSpec
 from .text import TextTokenizer
 
 __all__ = ["SeqLenFit", "SeqLenMode", "SequenceLayout", "apply_seq_len", "fit_seq_len", "sequence_layout"]

@@ -1,10 +1,10 @@
 """Text: the chat template rendered as the model's processor sees it, and the exact tokenizer that counts it.
 
-Rendering (reference §1): the model's Jinja chat template (transformers semantics, training form) or the
-built-in ChatML renderer, with ONE placeholder per media item; the family (:mod:`.families`) says what a
-placeholder looks like. Tokenizing (reference §7): the built-in Qwen2/2.5/3 vocabulary read from
-``qwen.tiktoken``, or any Hugging Face ``tokenizer.json``. Tokenizer files and templates are read and
-compiled once per process.
+Rendering (docs/visual-tokens.md §1): the model's Jinja chat template (transformers semantics, training form)
+or the built-in ChatML renderer, with ONE placeholder per media item; the family (tasks/geometry/families)
+says what a placeholder looks like. Tokenizing (docs/visual-tokens.md §7): the built-in Qwen2/2.5/3
+vocabulary read from ``qwen.tiktoken``, or any Hugging Face ``tokenizer.json``. Tokenizer files and
+templates are read and compiled once per process.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from ...schemas.presets import ModelPreset
 from ..errors import ConfigError
-from .families import family_of
+from ..geometry import family_of
 
 __all__ = ["TextTokenizer", "render_chat", "render_jinja"]
 
@@ -31,7 +31,7 @@ _QWEN2_PAT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-_QWEN2_SPECIALS = [  # ids from 151643 upward, in this order (reference §7)
+_QWEN2_SPECIALS = [  # ids from 151643 upward, in this order (docs/visual-tokens.md §7)
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
     "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
     "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>",

@@ -11,7 +11,7 @@ from batch_release import DROPPED_BY, KNOBS, LINES, SUBSET, config, make_release
 
 from vlmforge.schemas.reasons import REASONS, code_of
 from vlmforge.schemas.records import SubsetEntry
-from vlmforge.tasks.batch.batch import build_batch
+from vlmforge.tasks.batch.batch_pipeline import build_batch
 from vlmforge.tasks.batch.knobs import RECORD_KNOBS, TOKEN_KNOBS
 from vlmforge.tasks.batch.stats import BatchStats
 from vlmforge.tasks.manifests import OutputLayout, read_records, read_table

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from vlmforge.schemas.config import BATCH_INPUTS, BATCH_NEUTRAL, RunConfig
 from vlmforge.schemas.records import SubsetEntry
-from vlmforge.tasks.batch.batch import build_batch
+from vlmforge.tasks.batch.batch_pipeline import build_batch
 from vlmforge.tasks.batch.write import batch_is_current
 from vlmforge.tasks.manifests import OutputLayout
 

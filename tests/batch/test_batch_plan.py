@@ -11,9 +11,9 @@ import pytest
 from batch_release import config
 
 from vlmforge.schemas.records import SubsetEntry
-from vlmforge.tasks.batch.batch import batch_lines_of, build_batch
+from vlmforge.tasks.batch.batch_pipeline import batch_lines_of, build_batch
 from vlmforge.tasks.catalog.batch_plan import media_count
-from vlmforge.tasks.catalog.release import catalog_release
+from vlmforge.tasks.catalog.release_catalog import catalog_release
 from vlmforge.tasks.manifests import OutputLayout, read_table
 
 

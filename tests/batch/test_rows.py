@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from vlmforge.schemas.manifests import MEDIA, SAMPLES
 from vlmforge.schemas.rows import MediaRow, SampleRow
+from vlmforge.schemas.tables import MEDIA, SAMPLES
 from vlmforge.tasks.manifests import OutputLayout, read_table, write_part
 
 # The columns as released (MANIFEST BREAKING CHANGE rule): later columns may be added, never these changed.

@@ -20,7 +20,7 @@ from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.reasons import code_of
 from vlmforge.schemas.records import SubsetEntry
 from vlmforge.schemas.trainers import TRAINERS
-from vlmforge.tasks.batch.batch import build_batch
+from vlmforge.tasks.batch.batch_pipeline import build_batch
 from vlmforge.tasks.manifests import OutputLayout, read_table
 from vlmforge.tasks.storage import ContentStore
 

@@ -14,13 +14,13 @@ from vlmforge.tasks.catalog import scan as catalog_mod
 from vlmforge.tasks.catalog.licenses import detect_license
 from vlmforge.tasks.catalog.media_sources import find_media_sources
 from vlmforge.tasks.catalog.recipe_fingerprints import recipe_fingerprint
-from vlmforge.tasks.catalog.release import catalog_release
+from vlmforge.tasks.catalog.release_catalog import catalog_release
 from vlmforge.tasks.catalog.revision import release_revision
 from vlmforge.tasks.catalog.scan import scan_jsonl, scan_subset_jsonl
 from vlmforge.tasks.catalog.storage_options import parse_storage_options
 from vlmforge.tasks.errors import ReleaseError
 from vlmforge.tasks.ops.sample_release.expected import EXPECTED, LICENSES
-from vlmforge.tasks.parse.batch import parse_batch
+from vlmforge.tasks.parse.jsonl_batch import parse_batch
 
 LOCAL = fsspec.filesystem("file")
 

@@ -7,8 +7,8 @@ from typing import get_args
 import pytest
 
 from vlmforge.schemas.config import SourceOptions
-from vlmforge.tasks.catalog.layouts.registry import LAYOUTS, layout_for
 from vlmforge.tasks.errors import ReleaseError
+from vlmforge.tasks.staging.layouts import LAYOUTS, layout_for
 
 
 def test_every_staged_source_format_has_one_layout() -> None:

@@ -19,14 +19,14 @@ from vlmforge.schemas.recipes import (
     parse_recipe_yaml,
     ref_variables,
 )
-from vlmforge.tasks.catalog.recipe_init import draft_recipe, readme_urls, source_for_url
-from vlmforge.tasks.fetch.recipe_files import (
+from vlmforge.tasks.catalog.recipe_files import (
     RecipeError,
     builtin_catalog_dir,
     find_recipe,
     load_recipe,
     recipe_for,
 )
+from vlmforge.tasks.catalog.recipe_init import draft_recipe, readme_urls, source_for_url
 
 
 def base(**src: object) -> dict[str, object]:

@@ -28,7 +28,7 @@ from vlmforge.tasks.catalog.refresh import (
     unpublish_subset,
     write_subsets_row,
 )
-from vlmforge.tasks.catalog.release import catalog_release
+from vlmforge.tasks.catalog.release_catalog import catalog_release
 from vlmforge.tasks.manifests import OutputLayout, remove_parts_from
 
 SUBSETS = ("bad_rows", "photo_vqa", "video_qa")
@@ -139,7 +139,7 @@ def test_license_allow() -> None:
 
 def _run(release: Path, out: Path, subsets: list[str], run_id: str) -> None:
     """What the flow does for ``subsets``, with the pipeline's own stage functions (no Prefect, no Ray)."""
-    from vlmforge.tasks.batch.batch import build_batch
+    from vlmforge.tasks.batch.batch_pipeline import build_batch
     from vlmforge.tasks.publish.publish import publish_metadataset, publish_subset
 
     cfg = RunConfig(release=str(release), out=str(out), batch_lines=4, max_reject_rate=0.9)

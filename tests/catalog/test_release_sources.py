@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from vlmforge.schemas.records import Record, SubsetEntry
-from vlmforge.tasks.catalog.release import catalog_release
-from vlmforge.tasks.fetch.release import MediaResolver
-from vlmforge.tasks.parse.batch import parse_batch
+from vlmforge.tasks.catalog.release_catalog import catalog_release
+from vlmforge.tasks.fetch.release_media import MediaResolver
+from vlmforge.tasks.parse.jsonl_batch import parse_batch
 from vlmforge.tasks.storage import url_to_fs
 
 

@@ -1,4 +1,4 @@
-"""Source layouts (tasks/catalog/layouts/): small replicas of Mantis-Instruct, InfoVQA and LLaVA-Video-178K
+"""Source layouts (tasks/staging/): small replicas of Mantis-Instruct, InfoVQA and LLaVA-Video-178K
 built from real images and a real video (scikit-image's data, encoded with PyAV), with the real field names,
 staged and parsed; and the encoder balance of ``plan --balance visual``."""
 
@@ -18,11 +18,11 @@ import pytest
 from PIL import Image
 
 from vlmforge.schemas.records import Record, Reject
-from vlmforge.tasks.catalog.layouts.stage import list_configs, stage_source
-from vlmforge.tasks.catalog.layouts.store_refs import is_store_ref, read_store_ref
 from vlmforge.tasks.ops.plan.balance import balance_visual, encoder_load_ratio
 from vlmforge.tasks.ops.plan.ffd import first_fit_decreasing
-from vlmforge.tasks.parse.batch import parse_batch
+from vlmforge.tasks.parse.jsonl_batch import parse_batch
+from vlmforge.tasks.staging.stage import list_configs, stage_source
+from vlmforge.tasks.staging.store_refs import is_store_ref, read_store_ref
 from vlmforge.tasks.storage import ContentStore, sha256_bytes
 
 APACHE = "---\nlicense: apache-2.0\n---\n# {name}\n\nA replica of the published layout.\n"

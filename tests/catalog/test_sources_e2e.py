@@ -142,7 +142,7 @@ def test_stage_times_are_recorded_and_shown(runs: tuple[Path, dict[str, Any]]) -
 
 
 def test_plan_balance_visual_reports_the_encoder_load_ratio(runs: tuple[Path, dict[str, Any]]) -> None:
-    from vlmforge.tasks.ops.plan.build import build_plan
+    from vlmforge.tasks.ops.plan.packing import build_plan
     from vlmforge.tasks.ops.plan.table import read_plan
 
     out, _ = runs

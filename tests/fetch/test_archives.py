@@ -16,15 +16,15 @@ from http_fixture import Fault, HttpFixture
 
 from vlmforge.schemas.recipes import Recipe, parse_recipe
 from vlmforge.tasks.fetch.acquire import fetch_batch, read_outcome
+from vlmforge.tasks.fetch.archive_members import normalize_member, unsafe_member_reason
 from vlmforge.tasks.fetch.client import HttpClient, HttpOptions
-from vlmforge.tasks.fetch.members import normalize_member, unsafe_member_reason
-from vlmforge.tasks.fetch.options import FetchOptions
+from vlmforge.tasks.fetch.options import FetchKnobs
 from vlmforge.tasks.fetch.outcomes import FetchResult
 from vlmforge.tasks.fetch.zip_fetch import forget_zip_indexes
 from vlmforge.tasks.fetch.zip_format import plan_ranges
 from vlmforge.tasks.storage import ContentStore
 
-OPTS = FetchOptions(concurrency=4, http=HttpOptions(backoff_base=0.01, retries=1, seed=0))
+OPTS = FetchKnobs(concurrency=4, http=HttpOptions(backoff_base=0.01, retries=1, seed=0))
 
 
 def payload(i: int, n: int = 5000) -> bytes:

@@ -16,17 +16,17 @@ import pyarrow.parquet as pq
 import pytest
 from http_fixture import Fault, HttpFixture
 
-from vlmforge.schemas.manifests import MEDIA_FETCH_FIELDS
 from vlmforge.schemas.recipes import Recipe, parse_recipe
+from vlmforge.schemas.tables import MEDIA_FETCH_FIELDS
+from vlmforge.tasks.catalog.recipe_files import RecipeError
 from vlmforge.tasks.fetch.acquire import FetchStream, fetch_batch, read_outcome
 from vlmforge.tasks.fetch.client import HttpClient, HttpOptions
-from vlmforge.tasks.fetch.options import FetchContext, FetchOptions
+from vlmforge.tasks.fetch.options import FetchContext, FetchKnobs
 from vlmforge.tasks.fetch.outcomes import FAILED_REFS_SQL, FetchStats, outcome_columns
-from vlmforge.tasks.fetch.recipe_files import RecipeError
 from vlmforge.tasks.storage import ContentStore
 
 HTTP = HttpOptions(backoff_base=0.01, backoff_max=0.02, retries=1, seed=0)
-OPTS = FetchOptions(concurrency=4, http=HTTP)
+OPTS = FetchKnobs(concurrency=4, http=HTTP)
 
 
 def img(i: int) -> bytes:
@@ -248,7 +248,7 @@ def test_per_host_limits_are_run_wide_and_split_between_the_batches_fetching_at_
         srv.add(f"/h/{i}.jpg", img(i), Fault("delay", delay=0.05))
     extra = {"max_concurrency": source_limit} if source_limit else {}
     recipe = make_recipe({"kind": "http_files", "url": srv.url("/h/{name}"), **extra})
-    options = FetchOptions(
+    options = FetchKnobs(
         concurrency=8, http=HttpOptions(per_host=per_host, retries=0, seed=0), host_share=share
     )
     res = fetch_batch([f"{i}.jpg" for i in range(12)], recipe, store, options=options)
@@ -265,7 +265,7 @@ def test_large_objects_spill_to_disk_and_publish_by_rename(srv: HttpFixture, sto
         recipe,
         store,
         client=HttpClient(HTTP),
-        options=FetchOptions(spill_bytes=4096, http=HTTP),
+        options=FetchKnobs(spill_bytes=4096, http=HTTP),
     ).outcomes
     assert store.get(out["clip.mp4"].sha256) == big
     assert list(Path(store.incoming_dir()).iterdir()) == []

@@ -1,6 +1,6 @@
 """Flaky upstream: a loopback server failing ~30% of requests with mixed 5xx, connection resets, cut and slow
 bodies. Every reference ends ``ok`` (with the right bytes) or with a classified failure after bounded
-retries, and a batch never runs past its wall-clock bound (``FetchOptions.batch_timeout``), even against a
+retries, and a batch never runs past its wall-clock bound (``FetchKnobs.batch_timeout``), even against a
 host that stalls, drips its body a byte at a time, or asks to be retried in an hour.
 
 :data:`FIGURES` collects what the runs saw (faults injected, outcomes, seconds); the reliability report prints
@@ -23,7 +23,7 @@ from vlmforge.schemas.recipes import Recipe, parse_recipe
 from vlmforge.tasks.fetch.acquire import fetch_batch, read_outcome
 from vlmforge.tasks.fetch.client import HttpClient, HttpOptions
 from vlmforge.tasks.fetch.failures import FAILURE_CLASSES
-from vlmforge.tasks.fetch.options import FetchOptions
+from vlmforge.tasks.fetch.options import FetchKnobs
 from vlmforge.tasks.fetch.outcomes import FetchResult
 from vlmforge.tasks.storage import ContentStore
 
@@ -83,7 +83,7 @@ def run_flaky_http_files(srv: HttpFixture, tmp: Path, n: int = 150, seed: int = 
         recipe(srv.url("/m/{name}")),
         store,
         client=HttpClient(HTTP),
-        options=FetchOptions(concurrency=8, http=HTTP, batch_timeout=BATCH_TIMEOUT),
+        options=FetchKnobs(concurrency=8, http=HTTP, batch_timeout=BATCH_TIMEOUT),
     )
     seconds = time.monotonic() - t0
     srv.flaky(None)
@@ -120,7 +120,7 @@ def test_flaky_host_zip_members_by_range(srv: HttpFixture, tmp_path: Path) -> No
         recipe(srv.url("/a.zip"), kind="archive", member="img/{name}"),
         store,
         client=HttpClient(HTTP),
-        options=FetchOptions(concurrency=4, http=HTTP, batch_timeout=BATCH_TIMEOUT, coalesce_gap=1024),
+        options=FetchKnobs(concurrency=4, http=HTTP, batch_timeout=BATCH_TIMEOUT, coalesce_gap=1024),
     )
     seconds = time.monotonic() - t0
     counts = check_outcomes(res, refs, store)
@@ -152,7 +152,7 @@ def test_flaky_host_tar_stream_resumes(srv: HttpFixture, tmp_path: Path) -> None
         recipe(srv.url("/a.tar"), kind="archive"),
         store,
         client=HttpClient(HTTP),
-        options=FetchOptions(concurrency=4, http=HTTP, batch_timeout=BATCH_TIMEOUT),
+        options=FetchKnobs(concurrency=4, http=HTTP, batch_timeout=BATCH_TIMEOUT),
     )
     seconds = time.monotonic() - t0
     counts = check_outcomes(res, files, store)
@@ -179,7 +179,7 @@ def _timed(
         recipe(srv.url("/h/{name}")),
         ContentStore(str(tmp / "store")),
         client=HttpClient(http),
-        options=FetchOptions(concurrency=4, http=http, batch_timeout=batch_timeout),
+        options=FetchKnobs(concurrency=4, http=http, batch_timeout=batch_timeout),
     )
     return res, time.monotonic() - t0
 

@@ -21,7 +21,7 @@ import json, sys
 from vlmforge.schemas.recipes import parse_recipe
 from vlmforge.tasks.fetch.acquire import fetch_batch
 from vlmforge.tasks.fetch.client import HttpOptions
-from vlmforge.tasks.fetch.options import FetchOptions
+from vlmforge.tasks.fetch.options import FetchKnobs
 from vlmforge.tasks.fetch.outcomes import outcome_columns
 from vlmforge.tasks.storage import ContentStore, atomic_write_text
 from pathlib import Path
@@ -29,7 +29,7 @@ from pathlib import Path
 url, store, out, n, concurrency = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 recipe = parse_recipe({"subset": "s", "license": "CC0-1.0", "sources": [{"kind": "http_files", "url": url}]})
 http = HttpOptions(backoff_base=0.01, retries=1)
-opts = FetchOptions(concurrency=concurrency, spill_bytes=20_000, http=http)
+opts = FetchKnobs(concurrency=concurrency, spill_bytes=20_000, http=http)
 res = fetch_batch([f"{i:03d}.jpg" for i in range(n)], recipe, ContentStore(store), options=opts)
 rows = [{"ref": r, "sha256": o.sha256, "bytes": o.nbytes} | outcome_columns(o)
         for r, o in res.outcomes.items()]

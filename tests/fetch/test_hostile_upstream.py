@@ -18,7 +18,7 @@ from vlmforge.schemas.recipes import parse_recipe
 from vlmforge.tasks.fetch.acquire import fetch_batch
 from vlmforge.tasks.fetch.client import HttpClient, HttpOptions, StaticResolver
 from vlmforge.tasks.fetch.failures import SOURCE_ERROR, TIMEOUT, FetchError
-from vlmforge.tasks.fetch.options import FetchOptions
+from vlmforge.tasks.fetch.options import FetchKnobs
 from vlmforge.tasks.fetch.redirects import redirect_refusal
 from vlmforge.tasks.storage import ContentStore
 
@@ -60,7 +60,7 @@ def fetch_one(srv: DripServer, name: str, tmp_path: Path, **source: object) -> t
         recipe,
         ContentStore(str(tmp_path / "store")),
         client=client(),
-        options=FetchOptions(concurrency=2, batch_timeout=600.0),
+        options=FetchKnobs(concurrency=2, batch_timeout=600.0),
     )
     return result.outcomes[name], time.monotonic() - t0
 

@@ -15,7 +15,7 @@ from vlmforge.schemas.recipes import parse_recipe
 from vlmforge.tasks.fetch.acquire import fetch_batch
 from vlmforge.tasks.fetch.options import FetchContext
 from vlmforge.tasks.fetch.outcomes import LocalLocation
-from vlmforge.tasks.fetch.release import MediaResolver, MissingMedia, read_location
+from vlmforge.tasks.fetch.release_media import MediaResolver, MissingMedia, read_location
 from vlmforge.tasks.storage import ContentStore
 
 

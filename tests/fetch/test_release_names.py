@@ -15,7 +15,7 @@ import pytest
 from vlmforge.schemas.recipes import parse_recipe
 from vlmforge.tasks.fetch.acquire import fetch_batch
 from vlmforge.tasks.fetch.options import FetchContext
-from vlmforge.tasks.fetch.release import MediaResolver, MissingMedia
+from vlmforge.tasks.fetch.release_media import MediaResolver, MissingMedia
 from vlmforge.tasks.storage import ContentStore
 
 NFC = unicodedata.normalize("NFC", "café_über.jpg")

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from vlmforge.flows.run_names import name_of
 from vlmforge.flows.runtime import QUIET_ENV, _free_port
 
 pytestmark = pytest.mark.slow
@@ -158,7 +159,7 @@ def test_deployments_register_and_run_through_a_worker(
 
         run = _final(client, run_id)
         assert run.state.is_completed(), f"{run.state}\n{run_log[-3000:]}"
-        assert run.name == f"run {sample_release}"
+        assert run.name == name_of(str(sample_release), str(out))  # release and output folder
         tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))
         names = {t.name for t in tasks}
         assert any(re.fullmatch(r"build photo_vqa batch \d+/\d+", n) for n in names), names
@@ -184,3 +185,80 @@ def test_deployments_register_and_run_through_a_worker(
     report = str(next(a for a in validate_artifacts if a.key == "vlmforge-validate").data)
     assert "| photo_vqa | ok |" in report and "| video_qa | ok |" in report, report
     assert "0 failed" in report, report
+
+
+def _take_terminal() -> None:  # in the child, after setsid: the pty on fd 0 becomes its controlling tty
+    import fcntl
+    import termios
+
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def test_one_ctrl_c_stops_a_worker_and_cancels_its_flow_run(
+    server: dict[str, str], ray_cluster: str, sample_release: Path, tmp_path: Path
+) -> None:
+    """``vlmforge worker`` on a terminal (issue 33): Ctrl-C, typed once its flow run is Running, stops the
+    worker and the run, marks the run Cancelled, one line, exit 130 (a plain ``prefect worker start`` needed
+    a second Ctrl-C and ended with SIGKILL, exit 137)."""
+    import pty
+    import threading
+
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    env = server | {"RAY_ADDRESS": ray_cluster}
+    _prefect(env, "work-pool", "create", "vlmforge-local", "--type", "process")
+    _prefect(env, "deploy", "--all", "--prefect-file", str(REPO / "prefect.yaml"))
+    params = {"cfg": {"out": str(tmp_path / "out"), "source": {"release": str(sample_release)}}}
+    started = _prefect(
+        env, "deployment", "run", "vlmforge-run/sample-release", "--params", json.dumps(params)
+    )
+    flow_run_id = next(w for w in started.split() if len(w) == 36 and w.count("-") == 4)
+
+    master, slave = pty.openpty()
+    screen = bytearray()
+
+    def read_screen() -> None:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            screen.extend(chunk)
+
+    cmd = [sys.executable, "-m", "vlmforge.flows.cli", "worker", "--pool", "vlmforge-local"]
+    proc = subprocess.Popen(
+        cmd, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=REPO, start_new_session=True,
+        preexec_fn=_take_terminal,
+    )  # fmt: skip
+    os.close(slave)
+    reader = threading.Thread(target=read_screen, daemon=True)
+    reader.start()
+    try:
+        with temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"]}), get_client(sync_client=True) as c:
+            state = c.read_flow_run(flow_run_id).state
+            while state is None or state.type.value != "RUNNING":  # the worker's run has started
+                assert proc.poll() is None and not (state and state.is_final()), (
+                    state,
+                    bytes(screen)[-3000:],
+                )
+                time.sleep(1)
+                state = c.read_flow_run(flow_run_id).state
+            os.write(master, b"\x03")
+            rc = proc.wait(timeout=300)
+            run = _final(c, flow_run_id)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+        reader.join(timeout=30)
+        os.close(master)
+    text = screen.decode(errors="replace")
+    assert rc == 130, f"exit {rc}:\n{text[-4000:]}"
+    stopped = [
+        line for line in text.splitlines() if line.startswith("stopped (Ctrl-C): the worker is stopped")
+    ]
+    assert len(stopped) == 1 and "1 flow run(s) cancelled" in stopped[0], text[-4000:]
+    assert "SIGKILL" not in text, text[-4000:]
+    assert run.state.type.value == "CANCELLED", run.state

@@ -12,7 +12,7 @@ import pytest
 
 from vlmforge.schemas.config import RunConfig
 from vlmforge.tasks.manifests import OutputLayout, read_table
-from vlmforge.tasks.publish.validate import validate_subset
+from vlmforge.tasks.publish.dataset_check import validate_subset
 
 pytestmark = pytest.mark.slow
 SUBSETS = ("photo_vqa", "video_qa")

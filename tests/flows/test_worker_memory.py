@@ -94,7 +94,7 @@ CATALOG_CASE = """
 import json, sys
 from pathlib import Path
 from vlmforge.flows.runtime import hand_back_freed_memory
-from vlmforge.tasks.catalog.release import catalog_release
+from vlmforge.tasks.catalog.release_catalog import catalog_release
 
 def rss_mb():
     with open("/proc/self/status") as f:

@@ -15,17 +15,17 @@ import pyarrow as pa
 import pytest
 
 from vlmforge.schemas.config import RunConfig
-from vlmforge.schemas.manifests import MEDIA, SAMPLES
 from vlmforge.schemas.records import SubsetEntry
+from vlmforge.schemas.tables import MEDIA, SAMPLES
 from vlmforge.tasks.errors import ConfigError
 from vlmforge.tasks.gate.check import gate_subset, run_gate
 from vlmforge.tasks.gate.drift import Baseline
 from vlmforge.tasks.gate.params import load_overrides
 from vlmforge.tasks.gate.profiles import ManifestParts
 from vlmforge.tasks.gate.results import GateResult
-from vlmforge.tasks.gate.shards import ShardsGateFailed, check_shards, shards_check
 from vlmforge.tasks.gate.suites import load_suite
 from vlmforge.tasks.manifests import OutputLayout, read_table, write_part
+from vlmforge.tasks.publish.shards_suite import ShardsGateFailed, check_shards, shards_check
 
 Rows = list[dict[str, Any]]
 NULLABLE_SAMPLES = pa.schema([f.with_nullable(True) for f in SAMPLES])
@@ -35,8 +35,8 @@ SAMPLE_RELEASE_OVERRIDES = Path(__file__).resolve().parents[2] / "expectations/s
 
 def build_out(release: Path, out: Path) -> tuple[RunConfig, list[SubsetEntry]]:
     """Manifests of the sample release under ``out``, batch by batch (no Prefect, no Ray)."""
-    from vlmforge.tasks.batch.batch import build_batch
-    from vlmforge.tasks.catalog.release import catalog_release
+    from vlmforge.tasks.batch.batch_pipeline import build_batch
+    from vlmforge.tasks.catalog.release_catalog import catalog_release
 
     cfg = RunConfig(release=str(release), out=str(out), batch_lines=4, max_reject_rate=0.01)
     entries = catalog_release(cfg.source.release, batch_lines=cfg.batches.batch_lines)

@@ -58,8 +58,8 @@ LINES = [
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunConfig, SubsetEntry]:
-    from vlmforge.tasks.batch.batch import build_batch
-    from vlmforge.tasks.catalog.release import catalog_release
+    from vlmforge.tasks.batch.batch_pipeline import build_batch
+    from vlmforge.tasks.catalog.release_catalog import catalog_release
 
     root = tmp_path_factory.mktemp("published_only")
     folder = root / "release" / SUBSET
@@ -103,7 +103,7 @@ def test_a_subset_with_only_such_cases_passes_at_reject_rate_one(
 
 
 def _gate(samples: Rows, media: Rows, entry: SubsetEntry, **kw: Any) -> Any:
-    from vlmforge.schemas.manifests import MEDIA, SAMPLES
+    from vlmforge.schemas.tables import MEDIA, SAMPLES
 
     return run_gate(
         SUBSET,

@@ -24,8 +24,8 @@ from vlmforge.tasks.errors import OutputError
 from vlmforge.tasks.gate.check import gate_subset
 from vlmforge.tasks.gate.docs import build_data_docs
 from vlmforge.tasks.gate.drift import last_published
+from vlmforge.tasks.gate.gate_report import quality_markdown, quality_rows
 from vlmforge.tasks.gate.params import load_overrides
-from vlmforge.tasks.gate.report import quality_markdown, quality_rows
 from vlmforge.tasks.gate.results import GateResult, list_runs, load_run, record_gate, record_run
 from vlmforge.tasks.manifests import OutputLayout
 
@@ -34,8 +34,8 @@ RUN = "20260101T000000-aaaaaa"
 
 
 def _build(release: Path, out: Path, subsets: tuple[str, ...] = ()) -> tuple[RunConfig, list[SubsetEntry]]:
-    from vlmforge.tasks.batch.batch import build_batch
-    from vlmforge.tasks.catalog.release import catalog_release
+    from vlmforge.tasks.batch.batch_pipeline import build_batch
+    from vlmforge.tasks.catalog.release_catalog import catalog_release
     from vlmforge.tasks.manifests import remove_parts_from
 
     cfg = RunConfig(release=str(release), out=str(out), batch_lines=4, max_reject_rate=0.01, subsets=subsets)

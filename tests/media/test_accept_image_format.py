@@ -13,9 +13,9 @@ from PIL import Image, ImageOps
 from typer.testing import CliRunner
 
 from vlmforge.schemas.config import RunConfig
-from vlmforge.schemas.presets import load_preset
 from vlmforge.schemas.rows import MediaRow
 from vlmforge.tasks.batch.normalise import Normaliser
+from vlmforge.tasks.geometry.model_geometry import geometry_of
 from vlmforge.tasks.media.formats import ACCEPTED_IMAGE_FORMATS, accepted_image_formats
 from vlmforge.tasks.media.image import process_image
 from vlmforge.tasks.storage import ContentStore
@@ -81,7 +81,7 @@ def _normalise(tmp_path: Path, xpm: bytes, extra: tuple[str, ...]) -> MediaRow:
     store = ContentStore(str(tmp_path / "store"))
     row = MediaRow(subset="s", sample_id="a", line=1, index=0, ref="images/a.xpm", kind="image")
     row.sha256 = hashlib.sha256(xpm).hexdigest()
-    outcome = Normaliser(cfg, load_preset(cfg.tokens.model), store)(row, xpm)
+    outcome = Normaliser(cfg, geometry_of(cfg), store)(row, xpm)
     assert outcome.ok == (row.status == "ok")
     if outcome.ok:
         assert row.out_sha256 is not None

@@ -39,13 +39,13 @@ from PIL import Image, ImageCms, ImageOps
 
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.records import SubsetEntry
-from vlmforge.tasks.batch.batch import build_batch
+from vlmforge.tasks.batch.batch_pipeline import build_batch
 from vlmforge.tasks.gate.check import gate_subset
 from vlmforge.tasks.gate.results import GateResult
 from vlmforge.tasks.manifests import OutputLayout, read_table
+from vlmforge.tasks.publish.check_report import ValidationReport
+from vlmforge.tasks.publish.dataset_check import validate_subset
 from vlmforge.tasks.publish.publish import publish_subset
-from vlmforge.tasks.publish.report import ValidationReport
-from vlmforge.tasks.publish.validate import validate_subset
 
 pytestmark = [
     pytest.mark.corpus,

@@ -10,19 +10,28 @@ import pytest
 from conftest import make_video
 from PIL import Image
 
-from vlmforge.schemas.config import RunConfig
-from vlmforge.schemas.manifests import MEDIA
-from vlmforge.schemas.presets import load_preset
+from vlmforge.schemas.config import MediaOptions, RunConfig, TokenOptions
+from vlmforge.schemas.presets import ModelPreset
 from vlmforge.schemas.rows import MediaRow
+from vlmforge.schemas.tables import MEDIA
 from vlmforge.tasks.batch.normalise import Normaliser
-from vlmforge.tasks.media.frames import model_frame_size, sample_frames
+from vlmforge.tasks.geometry.media_tokens import sample_video_frames, video_tokens
+from vlmforge.tasks.geometry.model_geometry import ModelGeometry, geometry_of
+from vlmforge.tasks.geometry.preset_loading import load_preset
+from vlmforge.tasks.media.frames import FrameSize, sample_frames
 from vlmforge.tasks.storage import ContentStore
-from vlmforge.tasks.tokens.count import sample_video_frames, video_tokens
+
+
+def model_frame_size(preset: ModelPreset, *, video_max_pixels: int | None = None) -> FrameSize:
+    """The run's frame size for ``preset`` (what ``--video-mode frames`` stores)."""
+    return ModelGeometry.of(
+        preset, TokenOptions(), MediaOptions(video_max_pixels=video_max_pixels)
+    ).frame_size
 
 
 def _media_step(tmp_path: Path, **options: object) -> Normaliser:
     cfg = RunConfig(release=str(tmp_path), out=str(tmp_path / "out"), **options)  # type: ignore[arg-type]
-    return Normaliser(cfg, load_preset(cfg.tokens.model), ContentStore(str(tmp_path / "store")))
+    return Normaliser(cfg, geometry_of(cfg), ContentStore(str(tmp_path / "store")))
 
 
 def _row(ref: str, kind: str) -> MediaRow:

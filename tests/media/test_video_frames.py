@@ -11,10 +11,21 @@ import pytest
 from conftest import REAL_MEDIA
 from PIL import Image
 
-from vlmforge.schemas.presets import load_preset
-from vlmforge.tasks.media.frames import model_frame_size, sample_frames
+from vlmforge.schemas.config import MediaOptions, TokenOptions
+from vlmforge.schemas.presets import ModelPreset
+from vlmforge.tasks.geometry.media_tokens import sample_video_frames, video_tokens
+from vlmforge.tasks.geometry.model_geometry import ModelGeometry
+from vlmforge.tasks.geometry.preset_loading import load_preset
+from vlmforge.tasks.media.frames import FrameSize, sample_frames
 from vlmforge.tasks.media.video import VIDEO_REASONS, probe_video
-from vlmforge.tasks.tokens.count import sample_video_frames, video_tokens
+
+
+def model_frame_size(preset: ModelPreset, *, video_max_pixels: int | None = None) -> FrameSize:
+    """The run's frame size for ``preset`` (what ``--video-mode frames`` stores)."""
+    return ModelGeometry.of(
+        preset, TokenOptions(), MediaOptions(video_max_pixels=video_max_pixels)
+    ).frame_size
+
 
 needs_real = pytest.mark.skipif(
     not REAL_MEDIA.is_dir(), reason=f"real-media test files not found at {REAL_MEDIA}"

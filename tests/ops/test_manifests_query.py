@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from vlmforge.schemas.manifests import MEDIA, SAMPLES, empty_row
+from vlmforge.schemas.tables import MEDIA, SAMPLES, empty_row
 from vlmforge.tasks.errors import ConfigError, OutputError
 from vlmforge.tasks.manifests import (
     FINGERPRINT_KEY,

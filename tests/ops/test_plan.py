@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from vlmforge.schemas.config import RunConfig
-from vlmforge.schemas.manifests import PLAN
+from vlmforge.schemas.tables import PLAN
 from vlmforge.tasks.errors import ConfigError
-from vlmforge.tasks.ops.plan.build import build_plan
 from vlmforge.tasks.ops.plan.ffd import first_fit_decreasing, pack_stats
+from vlmforge.tasks.ops.plan.packing import build_plan
 from vlmforge.tasks.ops.plan.table import pack_order, read_plan
 
 
@@ -84,8 +84,8 @@ def test_pack_stats_offsets() -> None:
 
 @pytest.fixture(scope="module")
 def out(sample_release: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
-    from vlmforge.tasks.batch.batch import build_batch
-    from vlmforge.tasks.catalog.release import catalog_release
+    from vlmforge.tasks.batch.batch_pipeline import build_batch
+    from vlmforge.tasks.catalog.release_catalog import catalog_release
 
     cfg = RunConfig(release=str(sample_release), out=str(tmp_path_factory.mktemp("plan") / "out"))
     for entry in catalog_release(cfg.source.release, batch_lines=cfg.batches.batch_lines):

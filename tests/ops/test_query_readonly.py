@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from vlmforge.schemas.manifests import SAMPLES, empty_row
+from vlmforge.schemas.tables import SAMPLES, empty_row
 from vlmforge.tasks.manifests import OutputLayout, write_part
 
 

@@ -21,8 +21,8 @@ from vlmforge.tasks.ops.stats.svg import svg_histogram
 
 @pytest.fixture(scope="module")
 def out(sample_release: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
-    from vlmforge.tasks.batch.batch import build_batch
-    from vlmforge.tasks.catalog.release import catalog_release
+    from vlmforge.tasks.batch.batch_pipeline import build_batch
+    from vlmforge.tasks.catalog.release_catalog import catalog_release
 
     cfg = RunConfig(release=str(sample_release), out=str(tmp_path_factory.mktemp("stats") / "out"))
     for entry in catalog_release(cfg.source.release, batch_lines=cfg.batches.batch_lines):

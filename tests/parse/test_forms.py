@@ -11,9 +11,9 @@ import pytest
 
 from vlmforge.schemas.reasons import REASONS, code_of
 from vlmforge.schemas.records import Message, Record, Reject
-from vlmforge.tasks.parse.batch import parse_batch, parse_line
-from vlmforge.tasks.parse.forms.registry import FORMS
+from vlmforge.tasks.parse.forms.record_forms import FORMS
 from vlmforge.tasks.parse.invalid import invalid_record
+from vlmforge.tasks.parse.jsonl_batch import parse_batch, parse_line
 
 
 def test_forms_are_tried_in_registry_order() -> None:

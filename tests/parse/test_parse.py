@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from vlmforge.schemas.records import MediaRef, Record, Reject
-from vlmforge.tasks.parse.batch import iter_records, parse_batch, parse_line
+from vlmforge.tasks.parse.jsonl_batch import iter_records, parse_batch, parse_line
 from vlmforge.tasks.parse.lines import iter_line_chunks
 from vlmforge.tasks.parse.refs import normalize_ref, unsafe_ref_reason
 

@@ -11,10 +11,9 @@ from fsspec.implementations.local import LocalFileSystem
 
 from vlmforge.schemas.reasons import REASONS, code_of
 from vlmforge.schemas.records import Record, Reject
-from vlmforge.tasks.catalog.scan import scan_subset_jsonl
-from vlmforge.tasks.parse.batch import iter_records, parse_batch, parse_line
+from vlmforge.tasks.catalog.scan import UTF8_BOM, scan_subset_jsonl
 from vlmforge.tasks.parse.forms.conversations import _ROLES
-from vlmforge.tasks.parse.lines import UTF8_BOM
+from vlmforge.tasks.parse.jsonl_batch import iter_records, parse_batch, parse_line
 from vlmforge.tasks.parse.usable import ROLES
 
 USER = {"role": "user", "content": "What is shown?"}

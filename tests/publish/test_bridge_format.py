@@ -22,7 +22,9 @@ from PIL import Image
 from vlmforge.energon import ChatSample
 from vlmforge.schemas.config import RunConfig
 from vlmforge.tasks.manifests import OutputLayout, read_table
+from vlmforge.tasks.publish.check_report import format_reports
 from vlmforge.tasks.publish.dataset import write_energon_dataset
+from vlmforge.tasks.publish.dataset_check import validate_output
 from vlmforge.tasks.publish.formats import DEFAULT_FORMAT, FORMATS, format_of_dataset
 from vlmforge.tasks.publish.formats.chatml import DATASET_YAML, READ_CONFIG, BridgeFormat
 from vlmforge.tasks.publish.formats.chatml_read import BridgePartsEncoder, cook_bridge_parts
@@ -34,9 +36,7 @@ from vlmforge.tasks.publish.formats.pickled import (
     pickled_nested_size,
 )
 from vlmforge.tasks.publish.listing import read_manifest
-from vlmforge.tasks.publish.report import format_reports
 from vlmforge.tasks.publish.samples import MediaPart, ShardSample
-from vlmforge.tasks.publish.validate import validate_output
 
 # ------------------------------------------------------------------------------------------------ pickles
 
@@ -217,9 +217,9 @@ def test_crude_bytes_unchanged(tmp_path: Path) -> None:
 @pytest.fixture(scope="module", params=["frames", "keep"])
 def published(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> RunConfig:
     """The sample release through the stage functions (no Prefect, no Ray), published as ``bridge``."""
-    from vlmforge.tasks.batch.batch import build_batch
-    from vlmforge.tasks.catalog.release import catalog_release
-    from vlmforge.tasks.ops.sample_release.build import build_sample_release
+    from vlmforge.tasks.batch.batch_pipeline import build_batch
+    from vlmforge.tasks.catalog.release_catalog import catalog_release
+    from vlmforge.tasks.ops.sample_release.sample_build import build_sample_release
     from vlmforge.tasks.publish.publish import publish_metadataset, publish_subset
 
     root = tmp_path_factory.mktemp(f"bridge-{request.param}")

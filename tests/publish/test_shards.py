@@ -31,11 +31,11 @@ from vlmforge.energon import (
     decode_video_frames,
     media_part_names,
 )
+from vlmforge.schemas.sample_keys import sanitize_key, split_for_key
 from vlmforge.tasks.errors import ConfigError
 from vlmforge.tasks.publish import dataset as dataset_module
 from vlmforge.tasks.publish.formats.crude import DATASET_YAML
 from vlmforge.tasks.publish.journal import JOURNAL_NAME
-from vlmforge.tasks.publish.keys import sanitize_key, split_for_key
 from vlmforge.tasks.publish.listing import MANIFEST_NAME, expected_keys
 from vlmforge.tasks.publish.metadataset import PSI_CONFIGS, ensure_dataset_config, write_metadataset
 from vlmforge.tasks.publish.readback import validate_energon_dataset
@@ -480,7 +480,7 @@ import hashlib, io, os, signal, time
 from PIL import Image
 from vlmforge.tasks.publish import dataset
 from vlmforge.tasks.publish.journal import JOURNAL_NAME
-from vlmforge.tasks.publish.keys import split_for_key
+from vlmforge.schemas.sample_keys import split_for_key
 from vlmforge.tasks.publish.samples import MediaPart, ShardSample
 
 def image(i):

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from vlmforge.tasks.publish.members import tar_header
 from vlmforge.tasks.publish.samples import EnergonPrepareError
 from vlmforge.tasks.publish.tar import header_byte_sum, tar_members
+from vlmforge.tasks.publish.tar_members import tar_header
 
 
 def _tarfile_header(name: str, size: int) -> bytes:

@@ -28,8 +28,8 @@ from hypothesis import strategies as st
 
 from vlmforge.schemas.reasons import REASONS
 from vlmforge.schemas.records import Record, Reject
-from vlmforge.tasks.fetch.release import MediaResolver, MissingMedia
-from vlmforge.tasks.parse.batch import parse_batch, parse_line
+from vlmforge.tasks.fetch.release_media import MediaResolver, MissingMedia
+from vlmforge.tasks.parse.jsonl_batch import parse_batch, parse_line
 from vlmforge.tasks.parse.lines import split_lines
 from vlmforge.tasks.parse.refs import normalize_ref, unsafe_ref_reason
 

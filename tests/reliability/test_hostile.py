@@ -32,15 +32,15 @@ from PIL import Image
 
 from vlmforge.schemas.recipes import Recipe, parse_recipe
 from vlmforge.schemas.records import Record, Reject
-from vlmforge.tasks.catalog.release import catalog_release
+from vlmforge.tasks.catalog.release_catalog import catalog_release
 from vlmforge.tasks.fetch.acquire import fetch_batch
 from vlmforge.tasks.fetch.failures import FAILURE_CLASSES, FetchError
-from vlmforge.tasks.fetch.options import FetchContext, FetchOptions
-from vlmforge.tasks.fetch.release import MediaResolver, MissingMedia
+from vlmforge.tasks.fetch.options import FetchContext, FetchKnobs
+from vlmforge.tasks.fetch.release_media import MediaResolver, MissingMedia
 from vlmforge.tasks.fetch.tar_format import iter_tar
 from vlmforge.tasks.media.image import IMAGE_REASONS, ImageResult, process_image
 from vlmforge.tasks.media.video import VIDEO_REASONS, probe_video
-from vlmforge.tasks.parse.batch import parse_batch, parse_line
+from vlmforge.tasks.parse.jsonl_batch import parse_batch, parse_line
 from vlmforge.tasks.storage import ContentStore
 
 MB = 1024 * 1024
@@ -506,7 +506,7 @@ def _zip_bomb(tmp: Path) -> Callable[[], list[str]]:
     honest, liar = tmp / "honest.zip", tmp / "liar.zip"
     _deflated_zip(honest, "bomb.jpg", 256 * MB)  # ~250 KB on disk
     _deflated_zip(liar, "bomb.jpg", 256 * MB, declared=1000)  # claims 1000 bytes
-    opts = FetchOptions(max_bytes=16 * MB)
+    opts = FetchKnobs(max_bytes=16 * MB)
 
     def run() -> list[str]:
         store = ContentStore(str(tmp / "out" / "store"))
@@ -594,7 +594,7 @@ def _tar_member_bomb(tmp: Path) -> Callable[[], list[str]]:
             ["bomb.jpg"],
             _archive_recipe(str(path)),
             ContentStore(str(tmp / "out" / "store")),
-            options=FetchOptions(max_bytes=16 * MB),
+            options=FetchKnobs(max_bytes=16 * MB),
         )
         return [res.outcomes["bomb.jpg"].reason()]
 

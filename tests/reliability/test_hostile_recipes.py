@@ -123,7 +123,7 @@ def test_bounded_repr_walks_no_further_than_its_limit() -> None:
 
 
 def test_validation_error_quotes_a_cut_value(tmp_path: Path) -> None:
-    from vlmforge.tasks.fetch.recipe_files import RecipeError, load_recipe
+    from vlmforge.tasks.catalog.recipe_files import RecipeError, load_recipe
 
     path = tmp_path / "s.yaml"
     path.write_text(

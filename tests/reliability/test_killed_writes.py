@@ -45,7 +45,7 @@ store.record("https://example.invalid/a.jpg", {"sha256": sha, "bytes": 16})
 MANIFESTS = (
     KILLER
     + r"""
-from vlmforge.schemas.manifests import SAMPLES, empty_row
+from vlmforge.schemas.tables import SAMPLES, empty_row
 from vlmforge.tasks.manifests import OutputLayout, write_part
 
 layout = OutputLayout(sys.argv[1])

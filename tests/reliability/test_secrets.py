@@ -18,13 +18,13 @@ from http_fixture import Fault, HttpFixture
 
 from vlmforge.schemas.recipes import parse_recipe
 from vlmforge.schemas.redact import redact, scrub, secret_values
-from vlmforge.tasks.catalog.release import catalog_release
+from vlmforge.tasks.catalog.release_catalog import catalog_release
 from vlmforge.tasks.catalog.storage_options import parse_storage_options
 from vlmforge.tasks.errors import ReleaseError
 from vlmforge.tasks.fetch.acquire import fetch_batch
 from vlmforge.tasks.fetch.client import HttpClient, HttpOptions
 from vlmforge.tasks.fetch.failures import FetchError
-from vlmforge.tasks.fetch.options import FetchOptions
+from vlmforge.tasks.fetch.options import FetchKnobs
 from vlmforge.tasks.fetch.outcomes import FetchResult
 from vlmforge.tasks.storage import ContentStore
 
@@ -93,7 +93,7 @@ def test_url_user_info_that_gets_a_401(
         recipe({"kind": "http_files", "url": url + "/private/{name}"}),
         store,
         client=HttpClient(HTTP),
-        options=FetchOptions(http=HTTP),
+        options=FetchKnobs(http=HTTP),
     )
     o = res.outcomes["a.jpg"]
     assert o.status == "http_4xx" and "401" in (o.detail or "")
@@ -103,7 +103,7 @@ def test_url_user_info_that_gets_a_401(
         recipe({"kind": "http_files", "url": url + "/public/{name}"}),
         store,
         client=HttpClient(HTTP),
-        options=FetchOptions(http=HTTP),
+        options=FetchKnobs(http=HTTP),
     )
     assert ok.outcomes["b.jpg"].ok
     assert_result_clean(res)
@@ -150,7 +150,7 @@ def test_query_tokens_in_file_tar_and_zip_urls(
         ),
         store,
         client=HttpClient(HTTP),
-        options=FetchOptions(http=HTTP),
+        options=FetchKnobs(http=HTTP),
     )
     assert res.outcomes["x.jpg"].status == "http_5xx"
     assert res.outcomes["in/tar.jpg"].status == "bad_archive"
@@ -219,7 +219,7 @@ def test_s3_failures_with_planted_keys(
         ),
         store,
         client=HttpClient(HTTP),
-        options=FetchOptions(http=HTTP),
+        options=FetchKnobs(http=HTTP),
     )
     assert res.outcomes["ok.jpg"].ok
     assert res.outcomes["missing.jpg"].status == "http_404"
@@ -273,7 +273,7 @@ def test_hf_token_never_shows(
             ),
             ContentStore(str(tmp_path / "store")),
             client=HttpClient(HTTP),
-            options=FetchOptions(http=HTTP),
+            options=FetchKnobs(http=HTTP),
         )
     finally:
         HfFileSystem.clear_instance_cache()

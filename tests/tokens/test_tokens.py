@@ -1,4 +1,4 @@
-"""Golden values of /work/shared/reference/visual-tokens.md §9 (Qwen rows), tokenizer and template checks."""
+"""Golden values of docs/visual-tokens.md §9 (Qwen rows), tokenizer and template checks."""
 
 from __future__ import annotations
 
@@ -10,18 +10,19 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from vlmforge.schemas.presets import ModelPreset, list_presets, load_preset
-from vlmforge.tasks.tokens.count import (
-    count_sample_tokens,
-    image_tokens,
-    sample_video_frames,
-    video_tokens,
+from vlmforge.schemas.presets import ModelPreset, list_presets
+from vlmforge.tasks.geometry.families.model_family import VideoSpec
+from vlmforge.tasks.geometry.families.qwen import IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER
+from vlmforge.tasks.geometry.families.qwen_video import (
+    _qvu_smart_resize,
+    timestamp_text,
+    video_timestamps,
 )
-from vlmforge.tasks.tokens.families.base import VideoSpec
-from vlmforge.tasks.tokens.families.qwen import IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER
-from vlmforge.tasks.tokens.families.qwen_video import _qvu_smart_resize, timestamp_text, video_timestamps
-from vlmforge.tasks.tokens.resize import AspectRatioError, smart_resize
-from vlmforge.tasks.tokens.sampling import VideoTooShortError
+from vlmforge.tasks.geometry.frame_sampling import VideoTooShortError
+from vlmforge.tasks.geometry.media_tokens import image_tokens, sample_video_frames, video_tokens
+from vlmforge.tasks.geometry.preset_loading import load_preset
+from vlmforge.tasks.geometry.resize_rule import AspectRatioError, smart_resize
+from vlmforge.tasks.tokens.count import count_sample_tokens
 from vlmforge.tasks.tokens.text import TextTokenizer, render_chat
 
 MB = {"min_pixels": 200704, "max_pixels": 1003520}  # Megatron-Bridge QwenVL task encoder defaults
@@ -487,7 +488,7 @@ def test_tiled_and_llava_extreme_ratios(internvl: ModelPreset) -> None:
 def test_pipeline_cap_applies_before_tiling(internvl: ModelPreset) -> None:
     # a 27 MP photo is stored at <= max_pixels; its tiles are chosen from the stored size
     stored = image_tokens(internvl, 4500, 6000, max_pixels=1_003_520)
-    from vlmforge.tasks.tokens.resize import pipeline_size
+    from vlmforge.tasks.geometry.resize_rule import pipeline_size
 
     h, w = pipeline_size(internvl, 4500, 6000, max_pixels=1_003_520)
     assert h * w <= 1_003_520 and stored.tokens == image_tokens(internvl, h, w).tokens
@@ -499,7 +500,7 @@ def test_pipeline_cap_applies_before_tiling(internvl: ModelPreset) -> None:
 def test_image_tokens_batch_matches_scalar(name: str) -> None:
     import numpy as np
 
-    from vlmforge.tasks.tokens.count import image_tokens_batch
+    from vlmforge.tasks.geometry.media_tokens import image_tokens_batch
 
     preset = load_preset(name)
     rng = np.random.default_rng(7)

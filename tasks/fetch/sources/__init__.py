@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from .archive import Archive
-from .base import MediaSource
 from .hf import Hf
 from .http_files import HttpFiles
 from .local import Local
+from .media_source import MediaSource
 from .release_tar import ReleaseTar
 from .s3 import S3
 

@@ -5,9 +5,9 @@ template, optionally one archive per ``{shard}``. Only referenced members are re
 from __future__ import annotations
 
 from ....schemas.recipes import ArchiveSource, UnsetVariable, check_expanded, fill
-from ..batch import BatchRun
+from ..archive_members import normalize_member
 from ..failures import NOT_IN_ARCHIVE, SOURCE_ERROR, FetchError, classify_fs_error
-from ..members import normalize_member
+from ..fetch_batch import BatchRun
 from ..outcomes import Answers, FetchOutcome, Located
 from ..tar_fetch import fetch_tar_members
 from ..zip_fetch import fetch_zip_members

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from ....schemas.recipes import LocalSource, UnsetVariable, check_expanded, fill
 from ...storage import is_local, url_to_fs
-from ..batch import BatchRun
 from ..failures import NOT_FOUND, SOURCE_ERROR, FetchError
+from ..fetch_batch import BatchRun
 from ..outcomes import Answer, Answers, FetchOutcome, LocalLocation, Located
-from ..release import file_in
+from ..release_media import file_in
 
 
 class Local:

@@ -4,10 +4,10 @@ under the subset folder and ``media/``, then members of the media tars)."""
 from __future__ import annotations
 
 from ....schemas.recipes import ReleaseTarSource
-from ..batch import BatchRun
 from ..failures import NOT_FOUND, FetchError
+from ..fetch_batch import BatchRun
 from ..outcomes import Answers, FetchOutcome, Located
-from ..release import MissingMedia, ReleaseMedia
+from ..release_media import MissingMedia, ReleaseMedia
 
 
 class ReleaseTar:

@@ -9,7 +9,7 @@ from typing import Any
 from fsspec import AbstractFileSystem
 
 from ....schemas.recipes import S3Source, fill
-from ..batch import BatchRun
+from ..fetch_batch import BatchRun
 from ..objects import fetch_objects, read_fs_object
 from ..outcomes import Answers, Located
 from ..store_writes import StoreSink

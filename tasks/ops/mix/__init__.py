@@ -20,7 +20,7 @@
   samples (write order = JSONL line order) whose tokens fit; when it has fewer it is repeated, shown as
   ``epochs`` > 1.
 * **Open files**: a loader worker keeps up to ``parallel_shard_iters`` (Energon default 16) shards of every
-  leaf open, each with its ``.tar.idx`` (energon-format.md §8, issue #81): 76 subsets x 16 x 2 > 2400
+  leaf open, each with its ``.tar.idx`` (docs/energon-format.md §8, issue #81): 76 subsets x 16 x 2 > 2400
   handles, beyond a common ``ulimit -n`` of 1024. The mix picks the largest ``parallel_shard_iters`` in
   1, 2, 4, 8, 16 for which ``sum(2 * min(psi, shards_i))`` stays within ``max_open_files`` (default 512)
   and points each leaf at ``.nv-meta/dataset_psi<N>.yaml`` through ``dataset_config``.

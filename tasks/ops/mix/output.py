@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from ...manifests import OutputLayout
-from ...publish.metadataset import ensure_dataset_config
+from ...publish import ensure_dataset_config
 from ...storage import atomic_write_text
 from .plan import DEFAULT_MAX_OPEN_FILES, By, MixPlan, plan_mix
 

@@ -10,8 +10,7 @@ from typing import Any, Literal
 
 from ...errors import ConfigError, OutputError
 from ...manifests import OutputLayout
-from ...publish.listing import published_subsets, read_manifest
-from ...publish.metadataset import dataset_splits
+from ...publish import dataset_splits, published_subsets, read_manifest
 from .weights import license_allowed, parse_weights, resolve_weights
 
 __all__ = ["DEFAULT_MAX_OPEN_FILES", "By", "MixEntry", "MixPlan", "plan_mix"]

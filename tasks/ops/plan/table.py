@@ -1,5 +1,5 @@
 """The ``plan`` manifest table: written per subset (``OUT/manifests/plan/subset=<name>/part-00000.parquet``,
-schema :data:`~vlmforge.schemas.manifests.PLAN`, the plan's options in the file's metadata), read back in
+schema :data:`~vlmforge.schemas.tables.PLAN`, the plan's options in the file's metadata), read back in
 pack order."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ....schemas.manifests import PLAN
+from ....schemas.tables import PLAN
 from ...manifests import OutputLayout
 from ...storage import atomic_write_bytes
 

@@ -1,5 +1,5 @@
 """``python -m vlmforge.tasks.ops.sample_release DEST [--overwrite]``."""
 
-from .build import main
+from .sample_build import main
 
 raise SystemExit(main())

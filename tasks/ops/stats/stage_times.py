@@ -64,7 +64,7 @@ def write_stage_times(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ....schemas.manifests import RUNS
+    from ....schemas.tables import RUNS
 
     layout = OutputLayout(out)
     by_subset: dict[str, list[dict[str, object]]] = {}

@@ -1,7 +1,7 @@
 """The LLaVA form: ``{"id", "image" | "images", "conversations" | "conversation": [turns]}``.
 
 Written by LLaVA, Llama-Nemotron-VLM-Dataset-v1 and Mantis (and by the staging of the public benchmark
-sets, ``tasks/catalog/layouts/``). Turns are ``{"from", "value"}`` or ``{"role", "content": str}``; the text
+sets, ``tasks/staging/``). Turns are ``{"from", "value"}`` or ``{"role", "content": str}``; the text
 holds one ``<image>`` placeholder per image (``<video>`` per video), which becomes a media part in place.
 """
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from ....schemas.records import MediaRef, Message, Part, Record
+from ....schemas.records import MEDIA_TYPES, MediaRef, Message, Part, Record
 from ..constructors import new_media_ref, new_record
 from ..invalid import invalid_record
-from ..parts import MAX_METADATA_DEPTH, MEDIA_TYPES, content_part, media_list, too_deep
+from ..parts import MAX_METADATA_DEPTH, content_part, media_list, too_deep
 from ..placeholders import expand_placeholders
 from ..usable import unusable
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .base import SampleFormat
 from .chatml import BridgeFormat
 from .crude import CrudeFormat
+from .sample_format import SampleFormat
 
 __all__ = ["DEFAULT_FORMAT", "FORMATS", "format_of_dataset", "get_format"]
 

@@ -42,9 +42,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from ..samples import MediaPart
-from .base import SampleFormat, TarParts, record_json
 from .kept_video import kept_video_frames
 from .pickled import pickled_list, pickled_list_size, pickled_nested, pickled_nested_size
+from .sample_format import SampleFormat, TarParts, record_json
 
 __all__ = ["DATASET_YAML", "READ_CONFIG", "READ_YAML", "BridgeFormat"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ..samples import MediaPart
-from .base import SampleFormat, TarParts, record_json
+from .sample_format import SampleFormat, TarParts, record_json
 
 __all__ = ["DATASET_YAML", "CrudeFormat"]
 

@@ -11,7 +11,7 @@ The media stage verified these bytes; a failure here is an error, never a silent
 
 from __future__ import annotations
 
-from ...media.frames import sample_frames
+from ...media import sample_frames
 
 __all__ = ["kept_video_frames"]
 

@@ -1,0 +1,100 @@
+"""``vlmforge run``'s options, made from the run config's fields (``schemas.config.RunConfig``): a field
+with a ``description`` is a flag named ``--<field-name>`` (or its ``flag``), with the field's type, default,
+choices (a ``Literal``) and help, in the help panel of its sub-model's title. Adding a knob is a field and
+its use; nothing here names one."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any, TypeVar
+
+import typer
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from ..schemas.config import RunConfig
+
+__all__ = ["ConfigOption", "config_options", "run_options", "with_config_options"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class ConfigOption:
+    """One field of the run config as a CLI option."""
+
+    def __init__(self, name: str, field: FieldInfo, panel: str | None) -> None:
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        self.name, self.field, self.panel = name, field, panel
+        self.flag = str(extra.get("flag") or "--" + name.replace("_", "-"))
+        self.short = extra.get("short")
+        self.metavar = str(extra["metavar"]) if extra.get("metavar") else None
+        self.shown_default = extra.get("shown_default")
+
+    @property
+    def repeatable(self) -> bool:
+        """Tuples and mappings are given as repeated flags (a mapping as ``key=value``)."""
+        return typing.get_origin(self.field.annotation) in (tuple, dict)
+
+    def cli_type(self) -> Any:
+        if self.repeatable:
+            return list[str] | None
+        if self.shown_default is not None:  # read from text by the field's validator (``1GB``)
+            return str
+        return self.field.annotation
+
+    def cli_default(self) -> Any:
+        if self.field.is_required():
+            return ...
+        if self.repeatable:
+            return None
+        return self.shown_default if self.shown_default is not None else self.field.default
+
+    def parameter(self) -> inspect.Parameter:
+        names = [self.flag] + ([str(self.short)] if self.short else [])
+        option = typer.Option(
+            *names, help=self.field.description, metavar=self.metavar, rich_help_panel=self.panel
+        )
+        default = self.cli_default()
+        return inspect.Parameter(
+            self.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=inspect.Parameter.empty if default is ... else default,
+            annotation=Annotated[self.cli_type(), option],
+        )
+
+
+def run_options(skip: tuple[str, ...] = ()) -> Iterator[ConfigOption]:
+    """Every described field of the run config, in the order of its sub-models."""
+    for name, field in RunConfig.model_fields.items():
+        sub = field.annotation
+        if isinstance(sub, type) and issubclass(sub, BaseModel):
+            panel = sub.model_config.get("title")
+            for key, inner in sub.model_fields.items():
+                if inner.description and key not in skip:
+                    yield ConfigOption(key, inner, panel)
+        elif field.description and name not in skip:
+            yield ConfigOption(name, field, None)
+
+
+def config_options(skip: tuple[str, ...] = ()) -> Callable[[F], F]:
+    """Decorate a typer command taking ``**options``: it gets one option per described config field (those
+    in ``skip`` are its own parameters), after its own parameters."""
+
+    def wrap(func: F) -> F:
+        sig = inspect.signature(func, eval_str=True)  # the module defers annotations (PEP 563)
+        own = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        made = [o.parameter() for o in run_options(skip)]
+        func.__signature__ = sig.replace(parameters=[*own, *made])  # type: ignore[attr-defined]
+        return func
+
+    return wrap
+
+
+def with_config_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The flat config options a command got: a repeatable flag not given is left to the field's default."""
+    return {k: v for k, v in options.items() if not (v is None and k in _REPEATABLE)}
+
+
+_REPEATABLE = frozenset(o.name for o in run_options() if o.repeatable)

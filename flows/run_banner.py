@@ -1,0 +1,43 @@
+"""The first lines of ``vlmforge run``: which Ray and which Prefect API the run uses, said before they start.
+
+A run starts a Ray of its own unless told to attach (``--ray-address`` or ``RAY_ADDRESS``): a Ray that
+another ``ray start --head`` left on the machine is never picked up by accident, so the line names it and
+how to use it instead.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def ray_line(address: str | None, num_cpus: int | None) -> str:
+    """One line: the Ray this run uses (its own, or the cluster it attaches to, and why)."""
+    if address:
+        return f"Ray: attaching to the cluster at {address} (--ray-address)"
+    if os.environ.get("RAY_ADDRESS"):
+        return f"Ray: attaching to the cluster at {os.environ['RAY_ADDRESS']} (RAY_ADDRESS)"
+    cpus = num_cpus or os.cpu_count() or 1
+    line = f"Ray: starting its own on 127.0.0.1 ({cpus} CPUs)"
+    other = _last_ray_start()
+    if other:
+        line += f"; not the Ray at {other} that `ray start` left (use it with --ray-address {other})"
+    return line
+
+
+def prefect_line(api_url: str | None) -> str:
+    """One line: the Prefect API the run reports to (a server of its own when none is configured)."""
+    if api_url:
+        return f"Prefect: reporting to {api_url}"
+    return "Prefect: starting its own server on 127.0.0.1 (`vlmforge server` keeps one running)"
+
+
+def _last_ray_start() -> str | None:
+    """The address the last ``ray start`` on this machine wrote for ``ray.init()`` to find, if any (Ray's
+    own lookup: ``$RAY_TMPDIR``, else ``$TMPDIR``, else ``/tmp``, then ``ray/ray_current_cluster``; read
+    here without importing Ray, which the run imports later in its own order)."""
+    base = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+    try:
+        with open(os.path.join(base, "ray", "ray_current_cluster")) as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None

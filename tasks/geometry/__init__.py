@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+from .families import family_of
+from .families.model_family import ExpandedText, VideoSpec
+from .media_tokens import image_tokens, sample_video_frames, video_tokens
+from .model_geometry import ModelGeometry, geometry_of
+from .preset_loading import load_preset
+from .resize_rule import AspectRatioError, smart_resize
+
+__all__ = [
+    "AspectRatioError",
+    "ExpandedText",
+    "ModelGeometry",
+    "VideoSpec",
+    "family_of",
+    "geometry_of",
+    "image_tokens",
+    "load_preset",
+    "sample_video_frames",
+    "smart_resize",
+    "video_tokens",
+]

@@ -1,0 +1,124 @@
+"""The target model's geometry for one run: the preset with the knobs resolved once.
+
+Every stage that sizes or counts media asks this object (the media stage for stored image and frame sizes
+and the frames a video gives, the tokens stage for visual tokens, the gate for its pixel checks), so "no
+``--max-pixels`` given means the preset's" is decided here and nowhere else, and a family says how its
+images are resized (:meth:`~.families.model_family.ModelFamily.stored_image_size`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ...schemas.config import MediaOptions, RunConfig, TokenOptions
+from ...schemas.presets import ModelPreset
+from .families import family_of
+from .families.model_family import ImageTokens, ModelFamily, VideoTokens
+from .frame_sampling import FramesMode
+from .media_tokens import image_tokens, sample_video_frames, video_tokens
+from .preset_loading import load_preset
+
+__all__ = ["ModelGeometry", "geometry_of"]
+
+
+@dataclass(frozen=True)
+class ModelGeometry:
+    """The run's model geometry (frozen; hashable by identity of its preset)."""
+
+    #: the preset, with ``--min-pixels`` as its ``min_pixels`` (the processor's lower bound, which the token
+    #: count needs as much as the resize: an image kept in range may still round below it)
+    preset: ModelPreset
+    #: pixel bounds of stored images: the knobs, else the preset's
+    max_pixels: int
+    min_pixels: int
+    #: ``--max-pixels`` as given: it also caps what the token count assumes of videos, which keep the
+    #: preset's own video bounds when it is not given
+    max_pixels_knob: int | None
+    #: per-frame cap of ``--video-mode frames`` (None: the model's own frame size)
+    frame_max_pixels: int | None
+    max_num_frames: int | None
+    frames_mode: FramesMode
+
+    @classmethod
+    def of(cls, preset: ModelPreset, tokens: TokenOptions, media: MediaOptions) -> ModelGeometry:
+        lo = tokens.min_pixels
+        preset = preset if lo is None else preset.model_copy(update={"min_pixels": lo})
+        return cls(
+            preset=preset,
+            max_pixels=tokens.max_pixels or preset.max_pixels,
+            min_pixels=preset.min_pixels,
+            max_pixels_knob=tokens.max_pixels,
+            frame_max_pixels=media.video_max_pixels,
+            max_num_frames=tokens.max_num_frames,
+            frames_mode=tokens.frames_mode,
+        )
+
+    @property
+    def family(self) -> ModelFamily:
+        return family_of(self.preset)
+
+    @property
+    def token_factor(self) -> int | None:
+        """Pixels per visual-token side when the family resizes to a factor-aligned grid, else None."""
+        return self.family.resize_factor(self.preset)
+
+    def stored_image_size(self, height: int, width: int) -> tuple[int, int]:
+        """(height, width) an image outside the pixel bounds is stored at (ValueError when it cannot be)."""
+        return self.family.stored_image_size(self.preset, height, width, self.min_pixels, self.max_pixels)
+
+    def choose_frames(self, n_frames: int, fps: float) -> list[int]:
+        """Indices of the frames the model takes from an ``n_frames`` video at ``fps``, after
+        ``--max-num-frames``."""
+        return sample_video_frames(
+            self.preset, n_frames, fps, max_num_frames=self.max_num_frames, mode=self.frames_mode
+        )
+
+    def frame_size(self, n_sampled: int, height: int, width: int) -> tuple[int, int]:
+        """The per-frame size the model's video processor gives ``n_sampled`` frames of ``height`` x
+        ``width`` (capped by ``--video-max-pixels``): frames stored at this size are left unchanged by the
+        processor, so token counts of frames and of the video agree."""
+        # the indices only feed Qwen3's timestamp text, never the size
+        tokens = video_tokens(
+            self.preset,
+            n_sampled,
+            height,
+            width,
+            indices=range(n_sampled),
+            video_fps=1.0,
+            max_pixels=self.frame_max_pixels,
+        )
+        return tokens.resized_height, tokens.resized_width
+
+    def image_tokens(self, height: int, width: int, n_images: int = 1) -> ImageTokens:
+        return image_tokens(self.preset, height, width, max_pixels=self.max_pixels_knob, n_images=n_images)
+
+    def video_tokens(
+        self,
+        n_sampled: int,
+        height: int,
+        width: int,
+        *,
+        indices: Sequence[int] | None = None,
+        video_fps: float | None = None,
+    ) -> VideoTokens:
+        return video_tokens(
+            self.preset,
+            n_sampled,
+            height,
+            width,
+            indices=indices,
+            video_fps=video_fps,
+            max_pixels=self.max_pixels_knob,
+        )
+
+
+def geometry_of(cfg: RunConfig) -> ModelGeometry:
+    """The geometry of ``cfg``'s model and knobs (its preset loaded once per process)."""
+    return ModelGeometry.of(_preset(cfg.tokens.model, cfg.tokens.model_dir), cfg.tokens, cfg.media)
+
+
+@lru_cache(maxsize=4)
+def _preset(model: str, model_dir: str | None) -> ModelPreset:
+    return load_preset(model, model_dir)

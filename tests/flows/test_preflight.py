@@ -1,0 +1,129 @@
+"""Mistakes on the command line are found before start-up: one line with a hint, exit 2, no traceback
+(issue 33).
+
+Each case runs the real ``vlmforge run`` and checks that it ends before the run says which Ray it uses (its
+first line once the checks pass), so neither Prefect nor Ray was started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vlmforge.flows.preflight import resolve_model
+from vlmforge.schemas.model_names import preset_for
+from vlmforge.schemas.presets import list_presets
+
+
+def vlmforge(*args: str) -> subprocess.CompletedProcess[str]:
+    env = os.environ.copy() | {"COLUMNS": "80"}
+    env.pop("PREFECT_API_URL", None)  # a run that got past the checks would start its own services
+    return subprocess.run(
+        [sys.executable, "-m", "vlmforge.flows.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert done.returncode == 2, f"exit {done.returncode}: {lines}"
+    assert "Traceback" not in done.stderr and not any(line.startswith("Ray:") for line in lines), lines
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert len(errors) == 1 and lines[-1] == errors[0], lines
+    return errors[0]
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("preflight") / "release"
+    for name in ("docvqa", "chartqa_1"):
+        sub = root / name
+        sub.mkdir(parents=True)
+        (sub / f"{name}.jsonl").write_text(json.dumps({"id": "a", "messages": []}) + "\n")
+    return root
+
+
+def test_hub_and_dashed_model_names_map_to_presets() -> None:
+    known = list_presets()
+    assert preset_for("Qwen/Qwen2.5-VL-7B-Instruct", known) == "qwen2_5_vl"
+    assert preset_for("Qwen/Qwen2-VL-2B-Instruct", known) == "qwen2_vl"
+    assert preset_for("qwen3-vl", known) == "qwen3_vl"
+    assert preset_for("Qwen/Qwen3-VL-8B-Instruct", known) == "qwen3_vl"
+    assert preset_for("OpenGVLab/InternVL2_5-8B", known) == "internvl"
+    assert preset_for("llava-hf/llava-1.5-7b-hf", known) == "llava_1_5"
+    assert preset_for("llava-hf/llava-v1.6-mistral-7b-hf", known) == "llava_next"
+    assert preset_for("nvidia/Llama-3.1-Nemotron-Nano-VL-8B-V1", known) == "nemotron_vl"
+    assert preset_for("qwen", known) is None and preset_for("qwen2_vlx", known) is None
+    assert resolve_model("qwen3_vl") == "qwen3_vl"
+
+
+def test_an_unknown_model_names_the_closest_preset(release: Path, tmp_path: Path) -> None:
+    line = one_error_line(vlmforge("run", str(release), "--out", str(tmp_path), "--model", "qwen25_vl"))
+    assert "--model qwen25_vl: no model preset" in line and "did you mean --model qwen2_5_vl?" in line
+
+
+def test_a_hub_name_is_accepted_and_said(release: Path, tmp_path: Path) -> None:
+    # the name passes (one note line), and the next check stops the run before start-up
+    done = vlmforge(
+        "run", str(release), "--out", str(tmp_path / "o"), "--model", "Qwen/Qwen2.5-VL-7B-Instruct",
+        "--gate-overrides", str(tmp_path / "none.json"),
+    )  # fmt: skip
+    line = one_error_line(done)
+    assert "model: Qwen/Qwen2.5-VL-7B-Instruct counts tokens with the preset qwen2_5_vl" in done.stderr
+    assert line.startswith(f"error: --gate-overrides {tmp_path / 'none.json'}: cannot read it")
+
+
+def test_a_missing_release_suggests_the_near_folder(release: Path, tmp_path: Path) -> None:
+    line = one_error_line(vlmforge("run", str(release) + "s", "--out", str(tmp_path)))
+    assert f"release {release}s: no such folder; did you mean {release}?" in line
+
+
+def test_a_subset_folder_given_as_the_release(release: Path, tmp_path: Path) -> None:
+    line = one_error_line(vlmforge("run", str(release / "docvqa"), "--out", str(tmp_path)))
+    assert "is one subset's folder (it holds docvqa.jsonl)" in line
+    assert f"vlmforge run {release} --subset docvqa" in line
+
+
+def test_a_folder_without_subsets(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    line = one_error_line(vlmforge("run", str(tmp_path / "empty"), "--out", str(tmp_path / "o")))
+    assert "no subsets (a subset is a folder <name> holding <name>.jsonl)" in line
+
+
+def test_an_unknown_subset_names_the_closest(release: Path, tmp_path: Path) -> None:
+    line = one_error_line(vlmforge("run", str(release), "--out", str(tmp_path), "--subset", "docvq"))
+    assert "--subset docvq: not in release" in line and "did you mean --subset docvqa?" in line
+
+
+def test_a_broken_recipe(release: Path, tmp_path: Path) -> None:
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    (recipes / "docvqa.yaml").write_text("subset: docvqa\nsources: [\n")
+    line = one_error_line(vlmforge("run", str(release), "--out", str(tmp_path), "--recipes", str(recipes)))
+    assert f"{recipes / 'docvqa.yaml'}: not valid YAML" in line
+
+
+def test_bad_gate_overrides(release: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "overrides.json"
+    bad.write_text("{not json")
+    line = one_error_line(vlmforge("run", str(release), "--out", str(tmp_path), "--gate-overrides", str(bad)))
+    assert f"--gate-overrides {bad}: not JSON (line 1, column 2" in line
+
+
+def test_options_that_contradict(release: Path, tmp_path: Path) -> None:
+    line = one_error_line(vlmforge("run", str(release), "--out", str(tmp_path), "--video-max-pixels", "1000"))
+    assert (
+        "--video-max-pixels has no effect as given; it caps sampled frames: add --video-mode frames" in line
+    )
+    line = one_error_line(
+        vlmforge("run", str(release), "--out", str(tmp_path), "--min-pixels", "900", "--max-pixels", "800")
+    )
+    assert "--min-pixels 900 is above --max-pixels 800" in line
