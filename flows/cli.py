@@ -16,8 +16,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ..schemas.tables import TABLES
 from ..tasks.errors import ConfigError, VlmforgeError
-from .cli_options import config_options, with_config_options
+from .cli_options import config_options, with_config_options, with_trainer
 from .runtime import apply_quiet_env
 
 apply_quiet_env()
@@ -73,7 +74,7 @@ def run(
 
     try:
         given = with_config_options(options) | {"release": release}
-        cfg = RunConfig.of(**_with_trainer(ctx, trainer, given))
+        cfg = RunConfig.of(**with_trainer(ctx, trainer, given))
         accepted_image_formats(cfg.media.extra_image_formats)  # an unknown format name fails here
     except Exception as exc:  # pydantic ValidationError: say which option and why
         raise typer.BadParameter(str(exc)) from None
@@ -131,22 +132,6 @@ def _import_flow() -> None:
     from . import pipeline  # noqa: F401 - imported while the services start
 
 
-def _with_trainer(ctx: typer.Context, trainer: str | None, options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` with the ``--trainer`` preset's values for every option not given on the command line
-    (or through an environment variable): an explicit flag overrides the trainer."""
-    from ..schemas.trainers import TRAINERS
-
-    if trainer is None:
-        return options
-    if trainer not in TRAINERS:
-        known = ", ".join(TRAINERS)
-        raise typer.BadParameter(f"unknown trainer {trainer!r}; known: {known}", param_hint="--trainer")
-    preset = TRAINERS[trainer]
-    # typer vendors click: compare the ParameterSource member by name, not by class
-    unset = {k for k in preset if getattr(ctx.get_parameter_source(k), "name", "DEFAULT") == "DEFAULT"}
-    return options | {k: v for k, v in preset.items() if k in unset}
-
-
 class _OwnErrorsWithoutTraceback(logging.Filter):
     """Prefect logs a failed flow's traceback; for the project's own errors (disk full, bad input) the
     one-line message the CLI prints is the whole story (``VLMFORGE_DEBUG=1`` keeps the traceback)."""
@@ -161,9 +146,7 @@ class _OwnErrorsWithoutTraceback(logging.Filter):
 @app.command()
 def query(
     out: Annotated[str, typer.Argument(help="output folder of a run")],
-    sql: Annotated[
-        str, typer.Argument(help="SQL over the views samples, media, subsets, shards, plan, runs")
-    ],
+    sql: Annotated[str, typer.Argument(help=f"SQL over the views {', '.join(TABLES)}")],
     fmt: Annotated[str, typer.Option("--format", help="table | csv | json")] = "table",
     allow_external_access: Annotated[
         bool,
@@ -197,10 +180,24 @@ def query(
 def sample_release(
     dest: Annotated[Path, typer.Argument(help="folder to create")],
     overwrite: Annotated[bool, typer.Option(help="replace dest if it exists")] = False,
+    shape: Annotated[
+        str, typer.Option(help="sample (4 hand-made subsets) | v3 (76 long-tailed subsets, --rows rows)")
+    ] = "sample",
+    rows: Annotated[int, typer.Option(help="rows of a --shape v3 release")] = 400,
+    mix: Annotated[str, typer.Option(help="--shape v3 rows: v3 (every kind) | images | text")] = "v3",
 ) -> None:
-    """Build the small sample release (real photos and a real video from scikit-image, plus bad input)."""
-    from ..tasks.ops import build_sample_release
+    """Build the small sample release (real photos and a real video from scikit-image, plus bad input), or
+    a release of v3's shape (see tasks/ops/sample_release/shaped.py)."""
+    from ..tasks.ops import build_sample_release, build_shaped_release
 
+    if shape == "v3":
+        shaped = build_shaped_release(dest, rows, mix=mix, overwrite=overwrite)
+        console.print(
+            f"release: {shaped.root} ({len(shaped.subsets)} subsets, {shaped.total_lines} lines); serve "
+            f"{shaped.upstream} over HTTP, set VLMFORGE_SHAPED_UPSTREAM to its URL, run with --recipes "
+            f"{shaped.recipes}"
+        )
+        return
     rel = build_sample_release(dest, overwrite=overwrite)
     console.print(f"sample release: {rel.root} ({len(rel.subsets)} subsets, {rel.total_lines} lines)")
 

@@ -28,6 +28,8 @@ Examples:
   vlmforge catalog hf://datasets/nvidia/Nemotron-Image-Training-v3@<revision> --subset docvqa
 
   vlmforge catalog s3://bucket/releases/v3 --storage-option endpoint_url=http://127.0.0.1:9000 --json
+
+  vlmforge catalog ./release --estimate --out ./out --trainer bridge-qwen3-vl --cores 64 --bandwidth 10Gbit
 """
 
 REFRESH_EXAMPLES = """
@@ -77,6 +79,7 @@ def _sources(sources: tuple[str, ...], limit: int = 3) -> str:
 def register(app: typer.Typer) -> None:
     @app.command("catalog", epilog=CATALOG_EXAMPLES)
     def catalog(
+        ctx: typer.Context,
         release: Annotated[str, typer.Argument(help="release folder or fsspec URL (hf://, s3://, file://)")],
         subset: Annotated[
             list[str] | None, typer.Option("--subset", help="only this subset (repeatable)")
@@ -86,8 +89,70 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option(help="folder of <subset>.yaml media recipes (fingerprinted)")
         ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+        estimate: Annotated[
+            bool,
+            typer.Option(
+                "--estimate", help="objects, bytes, disk and hours of a run per subset, without media bodies"
+            ),
+        ] = False,
+        out: Annotated[
+            str | None, typer.Option("--out", "-o", help="--estimate: output folder (store, runs, table)")
+        ] = None,
+        store: Annotated[
+            str | None, typer.Option(help="--estimate: content store (default OUT/store)")
+        ] = None,
+        media_root: Annotated[list[str] | None, typer.Option("--media-root", help="as for run")] = None,
+        trainer: Annotated[str | None, typer.Option(help="--estimate: as for run")] = None,
+        model: Annotated[str, typer.Option(help="--estimate: as for run")] = "qwen2_5_vl",
+        max_pixels: Annotated[int | None, typer.Option(help="--estimate: as for run")] = None,
+        min_pixels: Annotated[int | None, typer.Option(help="--estimate: as for run")] = None,
+        image_format: Annotated[str, typer.Option(help="--estimate: as for run")] = "keep",
+        video_mode: Annotated[str, typer.Option(help="--estimate: as for run")] = "keep",
+        fetch_per_host: Annotated[int, typer.Option(help="--estimate: requests in flight per host")] = 32,
+        cores: Annotated[int, typer.Option(help="--estimate: cores of the run (0: this machine's)")] = 0,
+        bandwidth: Annotated[
+            str, typer.Option(help="--estimate: network, e.g. 1Gbit, 200Mbit, 50MB")
+        ] = "1Gbit",
+        probe_sample: Annotated[
+            int, typer.Option(help="--estimate: objects per source sized by HEAD where no index says it")
+        ] = 64,
+        decode_sample: Annotated[
+            int, typer.Option(help="--estimate: objects per subset normalised for the disk ratios (0: none)")
+        ] = 8,
+        seed: Annotated[int, typer.Option(help="--estimate: seed of the samples")] = 0,
     ) -> None:
-        """List a release's subsets: hashes, rows, license, upstream media sources, revision (no media)."""
+        """List a release's subsets: hashes, rows, license, upstream media sources, revision (no media).
+        With --estimate: what a run will fetch, store and take, per subset."""
+        if estimate:
+            from ..tasks.catalog import parse_storage_options
+            from .cli_estimate import print_estimate, run_estimate
+            from .cli_options import with_trainer
+
+            options = {
+                "subsets": tuple(subset or ()),
+                "storage_options": parse_storage_options(storage_option),
+                "store": store,
+                "catalogs": (recipes,) if recipes else (),
+                "media_roots": tuple(media_root or ()),
+                "model": model,
+                "max_pixels": max_pixels,
+                "min_pixels": min_pixels,
+                "image_format": image_format,
+                "video_mode": video_mode,
+                "fetch_per_host": fetch_per_host,
+            }
+            result, versus = run_estimate(
+                release=release,
+                out=out,
+                options=with_trainer(ctx, trainer, options),
+                probe_sample=probe_sample,
+                decode_sample=decode_sample,
+                seed=seed,
+                cores=cores,
+                bandwidth=bandwidth,
+            )
+            print_estimate(release, result, versus, as_json)
+            return
         entries = _catalog(release, subset, storage_option, recipes, 2000)
         if as_json:
             rows = [

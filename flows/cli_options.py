@@ -16,7 +16,7 @@ from pydantic.fields import FieldInfo
 
 from ..schemas.config import RunConfig
 
-__all__ = ["ConfigOption", "config_options", "run_options", "with_config_options"]
+__all__ = ["ConfigOption", "config_options", "run_options", "with_config_options", "with_trainer"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -98,3 +98,19 @@ def with_config_options(options: dict[str, Any]) -> dict[str, Any]:
 
 
 _REPEATABLE = frozenset(o.name for o in run_options() if o.repeatable)
+
+
+def with_trainer(ctx: typer.Context, trainer: str | None, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with the ``--trainer`` preset's values for every option not given on the command line
+    (or through an environment variable): an explicit flag overrides the trainer."""
+    from ..schemas.trainers import TRAINERS
+
+    if trainer is None:
+        return options
+    if trainer not in TRAINERS:
+        known = ", ".join(TRAINERS)
+        raise typer.BadParameter(f"unknown trainer {trainer!r}; known: {known}", param_hint="--trainer")
+    preset = TRAINERS[trainer]
+    # typer vendors click: compare the ParameterSource member by name, not by class
+    unset = {k for k in preset if getattr(ctx.get_parameter_source(k), "name", "DEFAULT") == "DEFAULT"}
+    return options | {k: v for k, v in preset.items() if k in unset}

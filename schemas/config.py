@@ -221,6 +221,12 @@ class TokenOptions(_Options):
     seq_len_mode: Literal["drop", "truncate"] = Field(
         default="drop", description="drop | truncate (cut text after the last visual token, keep a target)"
     )
+    # What the trainer's batch path feeds the model: the processor on the stored pixels, or Megatron-Bridge's
+    # Qwen-VL collate (qwen-vl-utils first, then the processor; tasks/tokens/feed_paths.py: FEED_PATHS)
+    feed_path: Literal["processor", "bridge_collate"] = Field(
+        default="processor",
+        description="processor | bridge_collate (count what Megatron-Bridge's batch() feeds; by --trainer)",
+    )
 
 
 class BatchOptions(_Options):

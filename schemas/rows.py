@@ -47,6 +47,9 @@ class SampleRow:
     # Added columns (never repurpose the ones above).
     id_conflict_of: int | None = None  # an earlier line with the same id and other content
     truncated_tokens: int | None = None  # --seq-len-mode truncate: text tokens cut
+    # visual tokens as the trainer's per-sample check counts them (Bridge's encode_sample: max_visual_tokens);
+    # visual_tokens / total_tokens are what its batch path feeds the model (equal unless --trainer bridge-*)
+    encode_check_visual_tokens: int | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -89,6 +92,9 @@ class MediaRow:
     # image: frames or pages in the file (animated GIF/WebP/APNG, multi-page TIFF, MPO: only the first is
     # published, as the trainer's Image.open gives it); video: the frames sampled. Null for rejects.
     n_frames: Int32 | None = None
+    # visual tokens as the trainer's per-sample check counts them (the processor on the stored pixels);
+    # visual_tokens is what its batch path feeds the model (equal unless --trainer bridge-*)
+    encode_check_visual_tokens: int | None = None
 
 
 def _arrow_type(annotation: Any) -> pa.DataType:

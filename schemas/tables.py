@@ -10,6 +10,7 @@ from typing import Final, Literal
 
 import pyarrow as pa
 
+from .estimate_rows import ESTIMATES
 from .rows import MediaRow, SampleRow, arrow_schema
 
 SampleStatus = Literal["ok", "rejected", "dropped"]
@@ -130,6 +131,7 @@ TABLES: Final[dict[str, pa.Schema]] = {
     "shards": SHARDS,
     "plan": PLAN,
     "runs": RUNS,
+    "estimates": ESTIMATES,  # `vlmforge catalog --estimate` (schemas/estimate_rows.py)
 }
 
 

@@ -37,6 +37,9 @@ _BRIDGE_QWEN_VL: Final[Mapping[str, Any]] = {
     # NVIDIA's converter for this release holds out 5% by the same key hash (a recipe validates on it).
     "val_fraction": 0.05,
     "video_mode": "frames",
+    # batch() feeds what qwen2_5_collate_fn makes of a sample (qwen-vl-utils, then the processor): counted
+    # so, images stored on the processor's grid (both paths then agree on them; tasks/tokens/feed_paths.py)
+    "feed_path": "bridge_collate",
 }
 
 TRAINERS: Final[Mapping[str, Mapping[str, Any]]] = {

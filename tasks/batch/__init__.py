@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-from . import batch_pipeline
 from .batch_pipeline import build_batch
+from .normalise import Normaliser
 from .stats import BatchStats
 
 __all__ = [
     "BatchStats",
-    "batch_pipeline",
+    "Normaliser",
     "build_batch",
 ]

@@ -25,6 +25,7 @@ from ..media import (
     sample_frames,
 )
 from ..storage import ContentStore
+from ..tokens import FEED_PATHS
 
 VIDEO_EXTS = {"mp4", "mov", "webm", "mkv", "avi"}
 
@@ -82,6 +83,7 @@ class Normaliser:
             min_pixels=self.geometry.min_pixels,
             min_side=self.cfg.media.min_image_side,
             accepted_formats=self.accepted_formats,
+            align_to_grid=FEED_PATHS[self.cfg.tokens.feed_path].align_images,
         )
         row.format, row.width, row.height, row.notes = res.format, res.width, res.height, ",".join(res.notes)
         if res.status != "ok" or res.out_bytes is None:

@@ -86,12 +86,14 @@ class SampleSteps:
 
 
 def _set_tokens(row: SampleRow, counted: CountedSample) -> None:
-    tokens = counted.tokens
+    """The fed counts (what the trainer's batch path feeds), and the visual tokens its check counted."""
+    tokens = counted.fed.tokens
     row.text_tokens, row.visual_tokens, row.total_tokens = (
         tokens.text_tokens,
         tokens.visual_tokens,
         tokens.total_tokens,
     )
+    row.encode_check_visual_tokens = counted.tokens.visual_tokens
 
 
 def _set_fit(row: SampleRow, counted: CountedSample) -> None:

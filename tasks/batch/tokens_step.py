@@ -13,7 +13,15 @@ from ...schemas.config import RunConfig
 from ...schemas.records import Record
 from ...schemas.rows import MediaRow
 from ..geometry import ModelGeometry, load_preset
-from ..tokens import SampleTokens, SeqLenFit, TextTokenizer, apply_seq_len, count_sample_tokens
+from ..tokens import (
+    FEED_PATHS,
+    FedSample,
+    SampleTokens,
+    SeqLenFit,
+    TextTokenizer,
+    apply_seq_len,
+    count_sample_tokens,
+)
 from .media_step import SampleMedia
 
 
@@ -29,12 +37,15 @@ def get_tokenizer(cfg: RunConfig) -> TextTokenizer:
 
 @dataclass
 class CountedSample:
-    """A sample with its token counts: what the token knobs look at."""
+    """A sample with its token counts: what the token knobs look at. ``tokens`` are what the trainer's
+    per-sample check counts (the processor on the stored pixels: ``max_visual_tokens``), ``fed`` what its
+    batch path feeds the model (``--seq-len`` and the manifests' token columns)."""
 
     step: TokenStep
     record: Record
     media: SampleMedia
     tokens: SampleTokens
+    fed: FedSample
 
     @cached_property
     def fit(self) -> SeqLenFit:
@@ -46,6 +57,7 @@ class TokenStep:
     def __init__(self, cfg: RunConfig, geometry: ModelGeometry, tokenizer: TextTokenizer) -> None:
         self.options, self.tokenizer = cfg.tokens, tokenizer
         self.preset, self.max_pixels = geometry.preset, geometry.max_pixels_knob
+        self.feed = FEED_PATHS[cfg.tokens.feed_path]
 
     def count(self, record: Record, media: SampleMedia) -> CountedSample:
         """Count the sample's tokens and write each media row's visual tokens. ``ValueError`` when they
@@ -58,24 +70,35 @@ class TokenStep:
             media.videos,
             max_pixels=self.max_pixels,
         )
-        _set_visual_tokens(media.rows, tokens)
-        return CountedSample(self, record, media, tokens)
+        fed = self.feed.fed(
+            tokens,
+            record.messages,
+            self.preset,
+            self.tokenizer,
+            media.image_sizes,
+            media.videos,
+            max_pixels=self.max_pixels,
+        )
+        _set_visual_tokens(media.rows, tokens, fed.tokens)
+        return CountedSample(self, record, media, tokens, fed)
 
     def fit(self, sample: CountedSample) -> SeqLenFit:
         return apply_seq_len(
             sample.record.messages,
             self.preset,
             self.tokenizer,
-            sample.media.image_sizes,
-            sample.media.videos,
-            sample.tokens,
+            sample.fed.image_sizes,
+            sample.fed.videos,
+            sample.fed.tokens,
             seq_len=self.options.seq_len,
             mode=self.options.seq_len_mode,
             max_pixels=self.max_pixels,
         )
 
 
-def _set_visual_tokens(rows: list[MediaRow], tokens: SampleTokens) -> None:
-    per_kind = {"image": iter(tokens.per_image), "video": iter(tokens.per_video)}
+def _set_visual_tokens(rows: list[MediaRow], checked: SampleTokens, fed: SampleTokens) -> None:
+    per_kind = {"image": iter(fed.per_image), "video": iter(fed.per_video)}
+    checked_kind = {"image": iter(checked.per_image), "video": iter(checked.per_video)}
     for row in rows:
         row.visual_tokens = next(per_kind[row.kind])
+        row.encode_check_visual_tokens = next(checked_kind[row.kind])

@@ -1,35 +1,70 @@
 from __future__ import annotations
 
-from .acquire import FetchStream, read_outcome
-from .archive_members import normalize_member
-from .client import HttpOptions
-from .failures import FetchError
-from .options import FetchContext, FetchKnobs
-from .outcomes import FetchOutcome, FetchStats, outcome_columns
+from . import batch_state
+from .acquire import FetchStream, fetch_batch, read_outcome
+from .archive_members import normalize_member, tar_member_problem
+from .client import HttpClient, HttpOptions
+from .failures import (
+    BAD_ARCHIVE,
+    HTTP_404,
+    NO_SOURCE,
+    NOT_FOUND,
+    NOT_IN_ARCHIVE,
+    SOURCE_ERROR,
+    FetchError,
+    classify_fs_error,
+)
+from .options import FetchContext, FetchKnobs, FetchOptions
+from .outcomes import FetchOutcome, FetchStats, LocalLocation, Located, outcome_columns
 from .ranges import FsRangeSource
-from .release_media import MediaResolver, MissingMedia
-from .tar_format import iter_tar
+from .release_media import MediaResolver, MissingMedia, ReleaseMedia, TarIndex, _path_of, file_in
+from .retry import retry_call
+from .sources.s3 import _filesystem
+from .tar_format import SafeTarInfo, iter_tar
+from .zip_fetch import range_source
 from .zip_format import ZipEntry, ZipIndex, check_zip_entry, plan_ranges, read_zip_group, read_zip_index
 
 __all__ = [
+    "BAD_ARCHIVE",
     "FetchContext",
     "FetchError",
     "FetchKnobs",
+    "FetchOptions",
     "FetchOutcome",
     "FetchStats",
     "FetchStream",
     "FsRangeSource",
+    "HTTP_404",
+    "HttpClient",
     "HttpOptions",
+    "LocalLocation",
+    "Located",
     "MediaResolver",
     "MissingMedia",
+    "NOT_FOUND",
+    "NOT_IN_ARCHIVE",
+    "NO_SOURCE",
+    "ReleaseMedia",
+    "SOURCE_ERROR",
+    "SafeTarInfo",
+    "TarIndex",
     "ZipEntry",
     "ZipIndex",
+    "_filesystem",
+    "_path_of",
+    "batch_state",
     "check_zip_entry",
+    "classify_fs_error",
+    "fetch_batch",
+    "file_in",
     "iter_tar",
     "normalize_member",
     "outcome_columns",
     "plan_ranges",
+    "range_source",
     "read_outcome",
     "read_zip_group",
     "read_zip_index",
+    "retry_call",
+    "tar_member_problem",
 ]

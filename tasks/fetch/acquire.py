@@ -27,9 +27,9 @@ from ..catalog import check_ready
 from ..errors import ConfigError
 from ..parse import normalize_ref, unsafe_ref_reason
 from ..storage import ContentStore
+from .batch_state import BatchRun
 from .client import HttpClient, HttpOptions
 from .failures import NO_SOURCE, NOT_FOUND, FetchError
-from .fetch_batch import BatchRun
 from .options import FetchContext, FetchKnobs
 from .outcomes import FetchOutcome, FetchResult, FetchStats, Located, final_failure
 from .recipe_env import bind_environment

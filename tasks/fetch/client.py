@@ -156,6 +156,7 @@ class _Ask:
     expect_media: bool
     redirects: str = DEFAULT_POLICY  # the source's redirect policy (redirects.py)
     headers: tuple[tuple[str, str], ...] = ()  # the source's own headers (a token): sent to its host only
+    method: str = "GET"  # HEAD: headers only (sizing without a body)
 
     @property
     def ranged(self) -> bool:
@@ -223,6 +224,20 @@ class HttpClient:
 
         return self.retry.run(attempt_once, deadline, cap_retry_after=True, log_url=url)
 
+    def head(self, url: str, *, deadline: float | None = None, redirects: str = DEFAULT_POLICY) -> Response:
+        """HEAD ``url`` with the same redirect policy, host slots, deadlines and retries as :meth:`get`; no
+        body is read (``nbytes`` 0, the headers say the size)."""
+        ask = _Ask(None, None, None, 0, False, redirects, method="HEAD")
+
+        def attempt_once(attempt: int) -> Response:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise FetchError(TIMEOUT, f"deadline reached before attempt {attempt}", url=url)
+            resp = self._get_once(url, ask, deadline)
+            resp.attempts = attempt
+            return resp
+
+        return self.retry.run(attempt_once, deadline, cap_retry_after=True, log_url=url)
+
     def _get_once(self, url: str, ask: _Ask, batch_deadline: float | None) -> Response:
         """One attempt, following redirects, each hop inside its host's slot; one deadline for the attempt
         (from its first slot: waiting for a busy host is bounded by the batch deadline only)."""
@@ -274,7 +289,7 @@ class HttpClient:
         with watched(deadline) as watch:
             r: urllib3.BaseHTTPResponse | None = None
             try:
-                r = self.open(parts, ask.range_header(), timeout, url, dict(ask.headers))
+                r = self.open(parts, ask.range_header(), timeout, url, dict(ask.headers), method=ask.method)
                 result = self._read(r, url, ask, deadline)
                 if watch.expired:  # a body cut by the watchdog can look complete (read until close)
                     raise FetchError(TIMEOUT, self._deadline_words("body still arriving"), url=url)
@@ -305,8 +320,9 @@ class HttpClient:
         timeout: urllib3.Timeout,
         url: str,
         extra_headers: Mapping[str, str] | None = None,
+        method: str = "GET",
     ) -> urllib3.BaseHTTPResponse:
-        """Send one GET on the host's pool (no retries, no redirects followed, body not read yet)."""
+        """Send one GET (or HEAD) on the host's pool (no retries, no redirects followed, body not read)."""
         host = parts.hostname or ""
         port = parts.port or (443 if parts.scheme == "https" else 80)
         pool = self._pool(parts.scheme, host, port)
@@ -322,7 +338,7 @@ class HttpClient:
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         try:
             r = pool.urlopen(
-                "GET",
+                method,
                 path,
                 headers=headers,
                 retries=False,
@@ -347,6 +363,9 @@ class HttpClient:
         if status >= 400 or status < 200 or status in REDIRECTS:
             discard(r)
             raise status_error(status, r.reason or "", url, parse_retry_after(hdrs.get("retry-after")))
+        if ask.method == "HEAD":
+            r.drain_conn()
+            return Response(url, status, hdrs, b"", 0, attempts=1)
         total_size = None
         if ask.ranged:
             if status != 206:

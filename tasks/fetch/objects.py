@@ -14,8 +14,8 @@ from concurrent.futures import Future
 from fsspec import AbstractFileSystem
 
 from ...schemas.recipes import UnsetVariable
+from .batch_state import BatchRun
 from .failures import SOURCE_ERROR, TOO_LARGE, TRUNCATED, FetchError, classify_fs_error
-from .fetch_batch import BatchRun
 from .outcomes import Answer, Answers, FetchOutcome, Located
 from .retry import retry_call
 from .store_writes import StoreSink

@@ -13,8 +13,8 @@ from typing import Any
 
 from ...schemas.recipes import ArchiveSource
 from ..storage import url_to_fs
+from .batch_state import BatchRun
 from .failures import HASH_MISMATCH, NOT_IN_ARCHIVE, SOURCE_ERROR, FetchError, classify_fs_error
-from .fetch_batch import BatchRun
 from .outcomes import Answers, FetchOutcome
 from .resumable import stream
 from .store_writes import StoreSink

@@ -10,9 +10,9 @@ from typing import Any
 from ...schemas.redact import redact
 from ..storage import ContentStore, url_to_fs
 from .archive_members import normalize_member
+from .batch_state import BatchRun
 from .client import HttpClient
 from .failures import FetchError
-from .fetch_batch import BatchRun
 from .outcomes import Answer, Answers
 from .ranges import FsRangeSource, HttpRangeSource, RangeSource
 from .zip_format import ZipEntry, ZipIndex, check_zip_entry, plan_ranges, read_zip_group, read_zip_index

@@ -2,6 +2,9 @@ from __future__ import annotations
 
 from .families import family_of
 from .families.model_family import ExpandedText, VideoSpec
+from .families.qwen import VIDEO_PAD, VIDEO_PLACEHOLDER
+from .families.qwen_video import timestamp_text, video_timestamps
+from .frame_sampling import np_linspace_round
 from .media_tokens import image_tokens, sample_video_frames, video_tokens
 from .model_geometry import ModelGeometry, geometry_of
 from .preset_loading import load_preset
@@ -11,12 +14,17 @@ __all__ = [
     "AspectRatioError",
     "ExpandedText",
     "ModelGeometry",
+    "VIDEO_PAD",
+    "VIDEO_PLACEHOLDER",
     "VideoSpec",
     "family_of",
     "geometry_of",
     "image_tokens",
     "load_preset",
+    "np_linspace_round",
     "sample_video_frames",
     "smart_resize",
+    "timestamp_text",
+    "video_timestamps",
     "video_tokens",
 ]

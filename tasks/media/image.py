@@ -94,6 +94,7 @@ class _Request:
     jpeg_quality: int
     resample: Resample
     accepted_formats: Collection[str]
+    align_to_grid: bool = False
 
 
 @dataclass
@@ -145,6 +146,7 @@ def process_image(
     min_side: int = 1,
     resample: Resample = "bicubic",
     accepted_formats: Collection[str] = ACCEPTED_IMAGE_FORMATS,
+    align_to_grid: bool = False,
 ) -> ImageResult:
     """Verify one image by a full decode and return it ready for a shard.
 
@@ -161,6 +163,10 @@ def process_image(
     The resize filter defaults to ``bicubic``: what Qwen's processors use (transformers
     ``Qwen2VLImageProcessor`` resample, qwen-vl-utils ``Image.resize``), so a full-resolution decode gives
     the pixels training would have computed from the original; ``lanczos`` is sharper and ~40% slower.
+
+    ``align_to_grid``: an image whose size is not already ``target_size(h, w)`` is resized to it even inside
+    the range (a trainer whose data path resizes twice, like Megatron-Bridge's collate, then feeds the grid
+    the processor computes: :mod:`vlmforge.tasks.tokens.feed_paths`).
     """
     if not data:
         return _Seen().rejected("zero_size", "empty payload")
@@ -174,6 +180,7 @@ def process_image(
         jpeg_quality,
         resample,
         tuple(accepted_formats),
+        align_to_grid,
     )
     try:
         return _process_image(data, request, relaxed=False)
@@ -221,6 +228,7 @@ def _plan(data: bytes, img: Image.Image, request: _Request, seen: _Seen, relaxed
     _check_min_side(displayed, request.min_side)
     target = _model_size(request.target_size, displayed)
     within = request.min_pixels <= displayed[0] * displayed[1] <= request.max_pixels
+    within = within and not (request.align_to_grid and target != displayed)
     return _Plan(
         format=img.format,
         mode=img.mode,

@@ -235,8 +235,9 @@ def _pil(tensor: Any) -> Any:
 
 
 def token_mismatches(out: Path, loaded: dict[str, dict[str, Any]]) -> list[str]:
-    """Samples whose visual tokens, per image, per video and in sum, differ between the Qwen encoder's count
-    on the loaded pixels and the manifest (one line each; empty when every sample agrees)."""
+    """Samples whose visual tokens, per image, per video and in sum, differ between the Qwen encoder's
+    ``encode_sample`` count on the loaded pixels and the manifest's ``encode_check_visual_tokens`` (one line
+    each; empty when every sample agrees)."""
     processor = _image_processor()
     ok, media = manifest(out)
     mismatches: list[str] = []
@@ -252,11 +253,13 @@ def token_mismatches(out: Path, loaded: dict[str, dict[str, Any]]) -> list[str]:
                 spatial = _grid_tokens(processor, [_pil(frames[0])], VIDEO_MIN_PIXELS, VIDEO_MAX_PIXELS)[0]
                 assert all(f.shape == frames[0].shape for f in frames)
                 per_video.append(math.ceil(len(frames) / TEMPORAL) * spatial)
-            expected = [m["visual_tokens"] for m in image_rows] + [m["visual_tokens"] for m in video_rows]
-            if per_image + per_video != expected or sum(per_image + per_video) != row["visual_tokens"]:
+            # encode_sample's count (its max_visual_tokens check); batch()'s: test_bridge_fed_tokens.py
+            col = "encode_check_visual_tokens"
+            expected = [m[col] for m in image_rows] + [m[col] for m in video_rows]
+            if per_image + per_video != expected or sum(per_image + per_video) != row[col]:
                 got = per_image + per_video
                 mismatches.append(
                     f"{key}: encoder images {per_image} videos {per_video} (sum {sum(got)}); "
-                    f"manifest {expected} (sample {row['visual_tokens']})"
+                    f"manifest {expected} (sample {row[col]})"
                 )
     return mismatches

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from ....schemas.recipes import ArchiveSource, UnsetVariable, check_expanded, fill
 from ..archive_members import normalize_member
+from ..batch_state import BatchRun
 from ..failures import NOT_IN_ARCHIVE, SOURCE_ERROR, FetchError, classify_fs_error
-from ..fetch_batch import BatchRun
 from ..outcomes import Answers, FetchOutcome, Located
 from ..tar_fetch import fetch_tar_members
 from ..zip_fetch import fetch_zip_members

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ....schemas.recipes import HfSource, fill
 from ...storage import url_to_fs
-from ..fetch_batch import BatchRun
+from ..batch_state import BatchRun
 from ..objects import fetch_objects, read_fs_object
 from ..outcomes import Answers, Located
 from ..store_writes import StoreSink

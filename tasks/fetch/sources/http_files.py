@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ....schemas.recipes import HttpFilesSource, UnsetVariable, check_expanded, fill
+from ..batch_state import BatchRun
 from ..failures import SOURCE_ERROR, FetchError
-from ..fetch_batch import BatchRun
 from ..objects import fetch_objects
 from ..outcomes import Answers, Located
 from ..store_writes import StoreSink

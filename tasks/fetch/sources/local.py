@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from ....schemas.recipes import LocalSource, UnsetVariable, check_expanded, fill
 from ...storage import is_local, url_to_fs
+from ..batch_state import BatchRun
 from ..failures import NOT_FOUND, SOURCE_ERROR, FetchError
-from ..fetch_batch import BatchRun
 from ..outcomes import Answer, Answers, FetchOutcome, LocalLocation, Located
 from ..release_media import file_in
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Protocol, TypeVar
 
-from ..fetch_batch import BatchRun
+from ..batch_state import BatchRun
 from ..outcomes import Answers, Located
 
 SourceModel = TypeVar("SourceModel", contravariant=True)

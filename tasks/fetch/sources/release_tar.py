@@ -4,8 +4,8 @@ under the subset folder and ``media/``, then members of the media tars)."""
 from __future__ import annotations
 
 from ....schemas.recipes import ReleaseTarSource
+from ..batch_state import BatchRun
 from ..failures import NOT_FOUND, FetchError
-from ..fetch_batch import BatchRun
 from ..outcomes import Answers, FetchOutcome, Located
 from ..release_media import MissingMedia, ReleaseMedia
 

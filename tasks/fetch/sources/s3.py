@@ -9,7 +9,7 @@ from typing import Any
 from fsspec import AbstractFileSystem
 
 from ....schemas.recipes import S3Source, fill
-from ..fetch_batch import BatchRun
+from ..batch_state import BatchRun
 from ..objects import fetch_objects, read_fs_object
 from ..outcomes import Answers, Located
 from ..store_writes import StoreSink

@@ -1,0 +1,71 @@
+"""``vlmforge catalog --estimate``: the options that say which run is being estimated, and the printing.
+The work is :func:`~vlmforge.tasks.ops.estimate.estimate_release`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+from rich.console import Console
+
+__all__ = ["print_estimate", "run_estimate"]
+
+console = Console()
+
+
+def run_estimate(
+    *,
+    release: str,
+    out: str | None,
+    options: dict[str, Any],
+    probe_sample: int,
+    decode_sample: int,
+    seed: int,
+    cores: int,
+    bandwidth: str,
+) -> Any:
+    """Build the run's config from flat ``options``, estimate, and return the estimate and the comparison."""
+    from ..schemas.config import RunConfig
+    from ..tasks.errors import ConfigError
+    from ..tasks.ops import EstimateOptions, estimate_release, parse_bandwidth, versus_actual
+
+    try:
+        rate = parse_bandwidth(bandwidth)
+    except ValueError:
+        raise ConfigError(
+            f"--bandwidth {bandwidth!r}: expected e.g. 1Gbit, 200Mbit, 50MB (per second)"
+        ) from None
+    keys = set(RunConfig.model_fields["tokens"].annotation.model_fields)  # type: ignore[union-attr]
+    keys |= set(RunConfig.model_fields["media"].annotation.model_fields)  # type: ignore[union-attr]
+    keys |= {"release", "subsets", "storage_options", "store", "fetch_per_host", "fetch_concurrency"}
+    cfg = RunConfig.of(
+        out=out or ".", **{k: v for k, v in options.items() if k in keys} | {"release": release}
+    )
+    estimate = estimate_release(
+        EstimateOptions(
+            cfg=cfg,
+            out=out,
+            probe_sample=probe_sample,
+            decode_sample=decode_sample,
+            seed=seed,
+            cores=cores,
+            bandwidth=rate,
+        )
+    )
+    versus = versus_actual(out, cfg.fetch.store) if out else []
+    return estimate, versus
+
+
+def print_estimate(release: str, estimate: Any, versus: list[Any], as_json: bool) -> None:
+    from ..tasks.ops import as_json as to_json
+    from ..tasks.ops import estimate_table, footnotes, versus_table
+
+    if as_json:
+        typer.echo(json.dumps(to_json(estimate.rows, versus), indent=1))
+        return
+    console.print(estimate_table(estimate.rows, f"estimate of {release} ({estimate.estimate_id})"))
+    for note in footnotes(estimate.rows):
+        console.print(f"  {note}", highlight=False)
+    if versus:
+        console.print(versus_table(versus))

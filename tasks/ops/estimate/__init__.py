@@ -1,0 +1,25 @@
+"""``vlmforge catalog --estimate``: objects, bytes, disk and hours of a run, per subset, before any media
+body is read. The front door: :func:`estimate_release` (and the report's pieces ``flows/`` prints).
+
+It runs the stages' own code (the catalog, the parser, the fetch stage's recipe order, readers and HTTP
+client, the media stage's normaliser for a decoded sample) without their side effects, so it sits after
+them, with the other operations on a release or an output.
+"""
+
+from .estimate_report import as_json, as_markdown, estimate_table, footnotes, versus_table
+from .hours import parse_bandwidth
+from .release_estimate import Estimate, EstimateOptions, estimate_release
+from .versus import versus_actual
+
+__all__ = [
+    "Estimate",
+    "EstimateOptions",
+    "as_json",
+    "as_markdown",
+    "estimate_release",
+    "estimate_table",
+    "footnotes",
+    "parse_bandwidth",
+    "versus_actual",
+    "versus_table",
+]

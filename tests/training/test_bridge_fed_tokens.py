@@ -1,0 +1,115 @@
+"""The manifests count what Megatron-Bridge feeds the model (issue 32), proven with Bridge 0.6.2's encoder.
+
+The sample release runs through the real pipeline with ``--trainer bridge-qwen3-vl`` and
+``--trainer bridge-qwen2.5-vl``; then Bridge's real ``QwenVLTaskEncoder`` (megatron-bridge 0.6.2,
+megatron-core 0.19.2, transformers 5.12.1, qwen-vl-utils 0.0.14, in a cached Python 3.12 environment:
+:mod:`bridge_env`) reads every published dataset (:mod:`bridge_fed_probe`): ``encode_sample`` on each sample,
+then ``batch([sample])`` in its padded and its in-batch packed form, counting the image and video pad ids in
+``input_ids``. Per sample, the manifests must hold exactly those numbers: ``visual_tokens`` per image, per
+video and per sample = the pads ``batch()`` feeds, ``total_tokens`` = the sequence it feeds (text with the
+same ``qwen.tiktoken`` vocabulary vlmforge counts with, converted by transformers; the hub tokenizer is not
+reachable), and ``encode_check_visual_tokens`` = what ``encode_sample``'s ``max_visual_tokens`` check
+computes; drops follow that check (the probe reruns ``encode_sample`` with a limit between the two counts).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bridge_fed_checks import (
+    MODELS,
+    check_mismatches,
+    fed_mismatches,
+    limit_between,
+    manifest,
+    probe_runs,
+    require_bridge_env,
+)
+from conftest import run_flow
+
+from vlmforge.schemas.config import RunConfig
+from vlmforge.schemas.trainers import TRAINERS
+
+pytestmark = pytest.mark.slow
+
+Probed = dict[str, dict[str, dict[str, Any]]]
+# every image kind, multi-image samples and both videos of the release (bad_rows adds only rejects)
+SUBSETS = ("photo_vqa", "multi_image", "video_qa")
+
+
+@pytest.fixture(scope="module")
+def bridge_py() -> Path:
+    """The Bridge environment (built once, cached); skips naming why it cannot be built."""
+    return require_bridge_env()
+
+
+@pytest.fixture(scope="module")
+def runs(
+    bridge_py: Path, prefect_harness: None, local_ray: None, sample_release: Path, tmp_path_factory: Any
+) -> dict[str, Path]:
+    """The sample release run with each Bridge trainer; trainer -> output folder."""
+    base = tmp_path_factory.mktemp("bridge-fed")
+    out: dict[str, Path] = {}
+    for trainer in MODELS:
+        cfg = RunConfig(
+            **TRAINERS[trainer],
+            release=str(sample_release),
+            out=str(base / trainer),
+            subsets=SUBSETS,
+            max_reject_rate=0.9,
+            num_cpus=2,
+            skip_gate=True,  # the gate is covered by the pipeline tests
+        )
+        summary = run_flow(cfg)
+        assert summary.failed == [], [(s.gate, s.error) for s in summary.subsets]
+        out[trainer] = base / trainer
+    return out
+
+
+@pytest.fixture(scope="module")
+def probed(runs: dict[str, Path]) -> Probed:
+    """trainer -> key -> what Bridge's encoder did with the published sample (one probe process)."""
+    return probe_runs({trainer: (MODELS[trainer], out) for trainer, out in runs.items()})
+
+
+@pytest.mark.parametrize("trainer", list(MODELS))
+def test_bridge_keeps_every_ok_sample(trainer: str, runs: dict[str, Path], probed: Probed) -> None:
+    ok, _ = manifest(runs[trainer])
+    assert len(ok) >= 15 and set(probed[trainer]) == set(ok)
+    assert all(r["status"] == "ok" for r in probed[trainer].values())
+
+
+@pytest.mark.parametrize("trainer", list(MODELS))
+def test_visual_and_total_tokens_are_what_batch_feeds(
+    trainer: str, runs: dict[str, Path], probed: Probed
+) -> None:
+    """Per image, per video and per sample, padded and packed batch alike; and the sequence length."""
+    assert fed_mismatches(runs[trainer], probed[trainer]) == []
+    _, media = manifest(runs[trainer])
+    assert any(m["kind"] == "video" for rows in media.values() for m in rows)  # where the paths differ
+
+
+@pytest.mark.parametrize("trainer", list(MODELS))
+def test_encode_check_visual_tokens_are_what_encode_sample_counts(
+    trainer: str, runs: dict[str, Path], probed: Probed
+) -> None:
+    assert check_mismatches(runs[trainer], probed[trainer]) == []
+    ok, _ = manifest(runs[trainer])
+    # the two numbers are kept where they differ (the videos): the check above can tell them apart
+    assert any(r["encode_check_visual_tokens"] != r["visual_tokens"] for r in ok.values())
+
+
+@pytest.mark.parametrize("trainer", list(MODELS))
+def test_drops_follow_encode_samples_check_not_the_fed_count(
+    trainer: str, runs: dict[str, Path], probed: Probed
+) -> None:
+    """At a max_visual_tokens between a sample's two counts, Bridge's encode_sample skips exactly the samples
+    whose encode_check_visual_tokens exceed it (what vlmforge's knob drops on)."""
+    limit = limit_between(runs[trainer])
+    assert limit is not None
+    ok, _ = manifest(runs[trainer])
+    skipped = {k for k, r in probed[trainer].items() if r["skipped_at_limit"]}
+    assert skipped == {k for k, r in ok.items() if r["encode_check_visual_tokens"] > limit}
+    assert skipped != {k for k, r in ok.items() if r["visual_tokens"] > limit}
