@@ -135,6 +135,15 @@ class FetchOptions(_Options):
         gt=0,
         description="seconds one HTTP request may take: connect, headers, redirects and body together",
     )
+    # Environment variables recipes may read as ${NAME} (tasks/fetch/recipe_env.py), like the variables'
+    # values themselves not fingerprinted: they say where media come from, not what they are.
+    env_allow: tuple[str, ...] = Field(
+        default=(),
+        description="environment variable a recipe may read as ${NAME} (repeatable; its value is masked)",
+        json_schema_extra=flag("--env-allow", metavar="NAME"),
+    )
+
+    _env_tuple = field_validator("env_allow", mode="before")(_tuples)
 
 
 class MediaOptions(_Options):

@@ -14,8 +14,14 @@ A recipe lists sources, tried in order for every reference; the first one that y
 Templates name variables in braces: ``{ref}`` (the normalised reference), ``{name}`` (its last path
 component), ``{stem}``, ``{ext}`` (without the dot), ``{dir}`` (``""`` at top level), ``{shard}`` (archives
 with ``shards``), and the named groups of the source's ``match`` regex. A reference that the regex does not
-match is not looked up in that source. ``${NAME}`` is replaced by the environment variable NAME (a source
-whose variable is unset is skipped with a reason), so a recipe can point at a local mirror without naming it.
+match is not looked up in that source.
+
+``${NAME}`` takes a value from the environment, only where the schema says a value may come from there and
+only when the user allows that variable (``vlmforge run --env-allow NAME``): as the whole start of a
+``local`` root or of an ``http_files`` / ``archive`` url (a mirror's location, ``${COCO_ROOT}/train2017``),
+or as a whole ``storage_options`` value (a key or token). Never inside a URL's path or query, so a recipe
+cannot send a variable to a host it names. A source whose variable is unset or not allowed is skipped with a
+reason; an expanded value is a secret everywhere (written back as ``${NAME}``: ``schemas/redact.py``).
 
 Each kind is one model here (listed in the ``Source`` union; ``remote`` says whether it needs the network)
 and one module ``tasks/fetch/sources/<kind>.py`` registered in ``tasks/fetch/sources/__init__.py``.
@@ -25,7 +31,6 @@ RECIPE BREAKING CHANGE rule: renaming a field or a variable breaks users' recipe
 
 from __future__ import annotations
 
-import os
 import posixpath
 import re
 import string
@@ -63,15 +68,93 @@ def template_fields(template: str) -> list[str]:
 
 
 def expand_env(text: str) -> str:
-    """Replace ``${NAME}`` by the environment variable NAME; raises UnsetVariable when it is not set."""
+    """``text`` when it names no ``${NAME}``; else raises UnsetVariable. Values are put in by
+    ``tasks/fetch/recipe_env.py`` (allowed variables only) before templates are filled, so one left here
+    was unset or not allowed; this never reads the environment."""
+    m = _ENV_RE.search(text)
+    if m is not None:
+        name = m.group(1)
+        raise UnsetVariable(f"${{{name}}} is not set, or not allowed (pass --env-allow {name} to allow it)")
+    return text
 
-    def sub(m: re.Match[str]) -> str:
-        value = os.environ.get(m.group(1))
-        if value is None:
-            raise UnsetVariable(f"${{{m.group(1)}}} is not set")
-        return value
 
-    return _ENV_RE.sub(sub, text)
+def check_expanded(values: Any) -> None:
+    """Raise UnsetVariable when ``values`` (storage options, headers: nested dicts and lists of strings)
+    still name a ``${NAME}``: it was unset or not allowed, and must not reach fsspec or a server literally."""
+    if isinstance(values, str):
+        expand_env(values)
+    elif isinstance(values, dict):
+        for v in values.values():
+            check_expanded(v)
+    elif isinstance(values, list):
+        for v in values:
+            check_expanded(v)
+
+
+def env_names(text: str) -> list[str]:
+    """The ``${NAME}`` variables ``text`` names."""
+    return _ENV_RE.findall(text)
+
+
+def env_placement_problem(field: str, value: str, *, location: bool) -> str | None:
+    """Why ``value`` names an environment variable where it may not, or None. ``location``: the field may
+    START with one ``${NAME}`` (a mirror's folder or base URL) followed by ``/`` or nothing; anywhere else,
+    and in any field that is not a location, a variable is refused."""
+    names = env_names(value)
+    if not names and "${" not in value:
+        return None
+    if location and len(names) == 1 and value.startswith(f"${{{names[0]}}}"):
+        rest = value[len(names[0]) + 3 :]
+        if "${" not in rest and (not rest or rest.startswith("/")):
+            return None
+    where = "only as the whole start of the value (a mirror location)" if location else "not in this field"
+    return (
+        f"{field} {bounded(value)}: an environment variable may be used {where}, never inside a URL's path "
+        "or query (it would be sent to the host); credentials belong in storage_options"
+    )
+
+
+_HEADER_NAME_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+_HEADER_ENV_RE = re.compile(r"^(?:[A-Za-z]+ )?\$\{[A-Za-z_][A-Za-z0-9_]*\}$")  # "${T}" or "Bearer ${T}"
+RESERVED_HEADERS = frozenset({"host", "range", "user-agent", "accept-encoding", "content-length"})
+
+
+def header_problem(name: str, value: str) -> str | None:
+    """Why a recipe's request header is refused, or None: a valid name not set by the client itself, no
+    control characters, and ``${NAME}`` only as the whole value or after one word (``Bearer ${TOKEN}``)."""
+    if not _HEADER_NAME_RE.match(name) or name.lower() in RESERVED_HEADERS:
+        return f"header {bounded(name)} is not a header a recipe may set"
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return f"header {name}: control characters in its value"
+    if "${" in value and not _HEADER_ENV_RE.match(value):
+        return f"header {name}: an environment variable is the whole value or follows one word"
+    return None
+
+
+def bounded(value: str, limit: int = 80) -> str:
+    """``repr(value)`` of at most ``limit`` characters (cut before it is built)."""
+    return repr(value[:limit]) + ("..." if len(value) > limit else "")
+
+
+def storage_option_problem(options: Any, path: str = "storage_options") -> str | None:
+    """An environment variable in ``storage_options`` anywhere but as a whole string value, or None."""
+    if isinstance(options, str):
+        if env_names(options) and _ENV_RE.fullmatch(options) is None:
+            return f"{path} {bounded(options)}: an environment variable must be the whole value (${{NAME}})"
+        return None
+    if isinstance(options, dict):
+        for key, value in options.items():
+            if isinstance(key, str) and "${" in key:
+                return f"{path}: a key may not name an environment variable ({bounded(key)})"
+            problem = storage_option_problem(value, f"{path}.{key}")
+            if problem:
+                return problem
+    if isinstance(options, list):
+        for i, value in enumerate(options):
+            problem = storage_option_problem(value, f"{path}[{i}]")
+            if problem:
+                return problem
+    return None
 
 
 def fill(template: str, variables: dict[str, str]) -> str:
@@ -109,6 +192,8 @@ class _SourceBase(_Model):
     """One entry of a recipe's ``sources``; each kind is answered by ``tasks/fetch/sources/<kind>.py``."""
 
     remote: ClassVar[bool] = True  # needs the network or an object store (False: read in place)
+    # template fields that may start with ${NAME} (a mirror location); other fields may name no variable
+    env_locations: ClassVar[frozenset[str]] = frozenset()
     match: str | None = Field(
         default=None, description="regex searched in the normalised reference; named groups become variables"
     )
@@ -133,6 +218,9 @@ class _SourceBase(_Model):
         for field, template in templates.items():
             if template is None:
                 continue
+            problem = env_placement_problem(field, template, location=field in self.env_locations)
+            if problem:
+                raise ValueError(problem)
             unknown = sorted(set(template_fields(template)) - allowed)
             if unknown:
                 raise ValueError(
@@ -153,6 +241,7 @@ class LocalSource(_SourceBase):
 
     kind: Literal["local"]
     remote: ClassVar[bool] = False
+    env_locations: ClassVar[frozenset[str]] = frozenset({"root"})
     root: str | None = Field(default=None, description="folder; None: each --media-root of the run")
     path: str = Field(default="{ref}", description="file path under root (template)")
     storage_options: dict[str, Any] = Field(default_factory=dict, description="fsspec options of root")
@@ -160,6 +249,9 @@ class LocalSource(_SourceBase):
     @model_validator(mode="after")
     def _templates(self) -> LocalSource:
         self._check_templates(frozenset(), path=self.path, root=self.root)
+        problem = storage_option_problem(self.storage_options)
+        if problem:
+            raise ValueError(problem)
         return self
 
 
@@ -167,13 +259,27 @@ class HttpFilesSource(_SourceBase):
     """One HTTP(S) URL per reference."""
 
     kind: Literal["http_files"]
+    env_locations: ClassVar[frozenset[str]] = frozenset({"url"})
     url: str = Field(description="URL template, e.g. https://host/images/{name}")
     max_concurrency: int | None = Field(default=None, gt=0, description="requests in flight to this host")
     redirects: RedirectPolicy = Field(default="same_host", description=REDIRECTS_FIELD_HELP)
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="request headers sent to the url's own host only, e.g. Authorization: Bearer ${TOKEN}",
+    )
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, value in v.items():
+            problem = header_problem(name, value)
+            if problem:
+                raise ValueError(problem)
+        return v
 
     @model_validator(mode="after")
     def _templates(self) -> HttpFilesSource:
-        if not expand_env_safe(self.url).startswith(("http://", "https://", "${")):
+        if not self.url.startswith(("http://", "https://", "${")):
             raise ValueError(f"url {self.url!r} must start with http:// or https://")
         self._check_templates(frozenset(), url=self.url)
         return self
@@ -202,6 +308,7 @@ class ArchiveSource(_SourceBase):
     """A zip or tar at a URL (http(s), s3://, hf://, or a local path); only referenced members are read."""
 
     kind: Literal["archive"]
+    env_locations: ClassVar[frozenset[str]] = frozenset({"url"})
     url: str = Field(description="archive URL (template: variables pick the archive per reference)")
     format: Literal["zip", "tar"] | None = Field(default=None, description="default: from the URL suffix")
     member: str = Field(default="{ref}", description="member path inside the archive (template)")
@@ -233,6 +340,9 @@ class ArchiveSource(_SourceBase):
     def _templates(self) -> ArchiveSource:
         extra = frozenset({"shard"}) if self.shards else frozenset()
         self._check_templates(extra, url=self.url, member=self.member)
+        problem = storage_option_problem(self.storage_options)
+        if problem:
+            raise ValueError(problem)
         if self.shards and "shard" not in template_fields(self.url):
             raise ValueError("shards is set but url does not use {shard}")
         if self.archive_format(self.url) is None:
@@ -348,14 +458,6 @@ class Recipe(_Model):
             notes="default: no recipe in the catalog",
             sources=[LocalSource(kind="local"), ReleaseTarSource(kind="release_tar")],
         )
-
-
-def expand_env_safe(text: str) -> str:
-    """``text`` with ``${NAME}`` parts left as they are when unset (for validation only)."""
-    try:
-        return expand_env(text)
-    except UnsetVariable:
-        return text
 
 
 def parse_recipe(data: Any) -> Recipe:

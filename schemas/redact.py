@@ -9,11 +9,16 @@ list are masked whole.
 
 Free text (error messages, URLs, log lines) goes through :func:`redact`: URL user info, secret-looking query
 parameters and Hugging Face tokens become ``***``; :func:`scrub` also replaces the literal option values.
+
+A value a recipe took from the environment (``${NAME}``, ``tasks/fetch/recipe_env.py``) is a secret wherever
+it goes, whatever it looks like: :func:`register_secret` makes :func:`redact` write it back as ``${NAME}``
+in every text of this process (a URL, a path, a failure detail, a log line, a manifest cell).
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -106,11 +111,40 @@ _HF_TOKEN_RE = re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")
 _BEARER_RE = re.compile(r"(?P<name>\b(?:Bearer|Basic|Token)\s+)(?P<value>[A-Za-z0-9._~+/=-]{8,})")
 
 
+# value -> what it is written as (``${NAME}``), longest first; set by register_secret in this process
+_REGISTERED: dict[str, str] = {}
+_REGISTERED_ORDER: list[tuple[str, str]] = []
+_REGISTERED_LOCK = threading.Lock()
+
+
+def register_secret(value: str, written_as: str = MASK) -> None:
+    """From now on, :func:`redact` (and so every failure detail, upstream, store record and log line of this
+    process) writes ``value`` as ``written_as``. Values under 4 characters are not registered (replacing
+    "1" everywhere would mangle text and hide nothing)."""
+    if len(value) < _MIN_SCRUB_LEN:
+        return
+    with _REGISTERED_LOCK:
+        if _REGISTERED.get(value) == written_as:
+            return
+        _REGISTERED[value] = written_as
+        _REGISTERED_ORDER[:] = sorted(_REGISTERED.items(), key=lambda kv: len(kv[0]), reverse=True)
+
+
+def _registered(text: str) -> str:
+    for value, written_as in _REGISTERED_ORDER:
+        if value in text:
+            text = text.replace(value, written_as)
+    return text
+
+
 def redact(text: str) -> str:
     """``text`` with credentials in URLs (user info, secret query parameters), bearer tokens and HF tokens
-    replaced by ``***``: applied to every failure detail, URL and log line the pipeline records."""
+    replaced by ``***``, and values taken from the environment (:func:`register_secret`) by their
+    ``${NAME}``: applied to every failure detail, URL and log line the pipeline records."""
     if not text:
         return text
+    if _REGISTERED_ORDER:
+        text = _registered(text)
     if "@" in text:
         text = _USERINFO_RE.sub(rf"\g<scheme>{MASK}@", text)
     if "=" in text:

@@ -83,7 +83,9 @@ class MediaStep:
         if self.recipe is None or not refs:
             return
         options = FetchKnobs.for_run(self.cfg.fetch, self.host_share)
-        context = FetchContext(self.entry.path, self.entry.media_tars, self.cfg.media.media_roots)
+        context = FetchContext(
+            self.entry.path, self.entry.media_tars, self.cfg.media.media_roots, self.cfg.fetch.env_allow
+        )
         users: dict[str, list[tuple[MediaRef, Record]]] = {}
         for record in wanted:
             for m in record.media:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from ...schemas.safe_yaml import load_limited
+
 # SPDX ids we recognise in a README, longest first so CC-BY-SA-4.0 is not read as CC-BY-4.0.
 _SPDX = (
     "CC-BY-NC-SA-4.0",
@@ -101,8 +103,8 @@ def _front_matter_license(readme: str) -> tuple[str | None, str | None]:
         return None, None
     import yaml
 
-    try:
-        meta = yaml.safe_load(m.group(1))
+    try:  # a release's README is untrusted: no aliases (a "billion laughs" under license:), node caps
+        meta = load_limited(m.group(1))
     except yaml.YAMLError:
         return None, None
     if not isinstance(meta, dict) or not meta.get("license"):

@@ -32,6 +32,7 @@ from .client import HttpClient, HttpOptions
 from .failures import NO_SOURCE, NOT_FOUND, FetchError
 from .options import FetchContext, FetchKnobs
 from .outcomes import FetchOutcome, FetchResult, FetchStats, Located, final_failure
+from .recipe_env import bind_environment
 from .release_media import MissingMedia, read_location
 from .sources import SOURCES
 from .store_writes import StoreWriter
@@ -71,6 +72,7 @@ def fetch_batch(
     failures are outcomes.
     """
     check_ready(recipe, allow_draft)
+    recipe = bind_environment(recipe, (context or FetchContext()).env_allow)
     options = options or FetchKnobs()
     if options.concurrency < 1:
         raise ConfigError("fetch concurrency must be at least 1")

@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 from urllib.parse import SplitResult, urljoin, urlsplit
 
@@ -155,6 +155,7 @@ class _Ask:
     cap: int
     expect_media: bool
     redirects: str = DEFAULT_POLICY  # the source's redirect policy (redirects.py)
+    headers: tuple[tuple[str, str], ...] = ()  # the source's own headers (a token): sent to its host only
     method: str = "GET"  # HEAD: headers only (sizing without a body)
 
     @property
@@ -198,6 +199,7 @@ class HttpClient:
         expect_media: bool = False,
         deadline: float | None = None,
         redirects: str = DEFAULT_POLICY,
+        headers: Mapping[str, str] | None = None,
     ) -> Response:
         """GET ``url`` with retries. ``byte_range`` is inclusive (start, end); ``suffix`` asks for the last
         N bytes. Raises FetchError (its ``attempts`` set) when every attempt failed.
@@ -205,9 +207,11 @@ class HttpClient:
         ``deadline`` (a ``time.monotonic()`` value, e.g. a batch's) bounds the whole call: no attempt starts
         and no backoff sleeps past it, and an attempt's body read stops there (``timeout``). Each attempt has
         its own deadline too (``request_timeout``), over connect, headers, redirects and body.
-        ``redirects`` is the source's redirect policy (:mod:`.redirects`)."""
+        ``redirects`` is the source's redirect policy (:mod:`.redirects`); ``headers`` (a token) go to the
+        URL's own host only, never to a host a redirect leads to."""
         cap = self.options.max_bytes if max_bytes is None else max_bytes
-        ask = _Ask(byte_range, suffix, sink, cap, expect_media, redirects)
+        extra = tuple((headers or {}).items())
+        ask = _Ask(byte_range, suffix, sink, cap, expect_media, redirects, extra)
 
         def attempt_once(attempt: int) -> Response:
             if sink is not None and attempt > 1:
@@ -255,8 +259,10 @@ class HttpClient:
                     deadline = time.monotonic() + self.options.request_timeout
                     if batch_deadline is not None:
                         deadline = min(deadline, batch_deadline)
+                own_host = (parts.hostname or "").lower() == (origin.hostname or "").lower()
+                hop_ask = ask if own_host or not ask.headers else replace(ask, headers=())
                 try:
-                    result = self._request(current, parts, ask, deadline)
+                    result = self._request(current, parts, hop_ask, deadline)
                 except FetchError as err:
                     err.url = err.url or url
                     self.hosts.record(state, err, host)
@@ -283,14 +289,14 @@ class HttpClient:
         with watched(deadline) as watch:
             r: urllib3.BaseHTTPResponse | None = None
             try:
-                r = self.open(parts, ask.range_header(), timeout, url, method=ask.method)
+                r = self.open(parts, ask.range_header(), timeout, url, dict(ask.headers), method=ask.method)
                 result = self._read(r, url, ask, deadline)
                 if watch.expired:  # a body cut by the watchdog can look complete (read until close)
                     raise FetchError(TIMEOUT, self._deadline_words("body still arriving"), url=url)
                 return result
             except FetchError as err:
                 if watch.expired and err.failure != TIMEOUT:
-                    phase = "answer or body" if r is None else "body"
+                    phase = "status line or headers" if r is None else "body"
                     raise FetchError(
                         TIMEOUT, self._deadline_words(f"{phase} still arriving"), url=url
                     ) from None
@@ -313,6 +319,7 @@ class HttpClient:
         range_header: str | None,
         timeout: urllib3.Timeout,
         url: str,
+        extra_headers: Mapping[str, str] | None = None,
         method: str = "GET",
     ) -> urllib3.BaseHTTPResponse:
         """Send one GET (or HEAD) on the host's pool (no retries, no redirects followed, body not read)."""
@@ -327,6 +334,7 @@ class HttpClient:
         }
         if range_header is not None:
             headers["Range"] = range_header
+        headers = dict(extra_headers or {}) | headers  # ours win: a recipe cannot set Host or Range
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         try:
             r = pool.urlopen(
@@ -412,11 +420,9 @@ class HttpClient:
                     raise FetchError(TOO_LARGE, f"body exceeds the cap of {ask.cap} bytes", url=url)
                 if time.monotonic() > deadline:
                     discard(r)
+                    # the same words as the watchdog's cut: whichever sees the deadline first says it
                     raise FetchError(
-                        TIMEOUT,
-                        f"body still arriving at the deadline "
-                        f"({self.options.request_timeout:.0f} s per request, or the batch's; {n} bytes)",
-                        url=url,
+                        TIMEOUT, self._deadline_words(f"body still arriving ({n} bytes)"), url=url
                     )
                 out.write(chunk)
         except FetchError:

@@ -50,3 +50,4 @@ class FetchContext:
     subset_path: str | None = None  # release folder of the subset
     media_tars: tuple[str, ...] = ()
     media_roots: tuple[str, ...] = ()
+    env_allow: tuple[str, ...] = ()  # environment variables a recipe may read (--env-allow): recipe_env.py

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ...schemas.reasons import reason
+from ...schemas.redact import redact_url
 from .failures import NO_SOURCE, TRANSIENT, UNSAFE_MEMBER, FetchError
 
 
@@ -130,7 +131,12 @@ FAILED_REFS_SQL = (
 
 def outcome_columns(outcome: FetchOutcome) -> dict[str, Any]:
     """The :data:`MEDIA_FETCH_FIELDS` values of one outcome (deterministic: no timings or cache flags)."""
-    return {"upstream": outcome.upstream, "fetch_status": outcome.status, "fetch_detail": outcome.detail}
+    # through redact: a value taken from the environment (recipe_env.py) is written as its ${NAME}
+    return {
+        "upstream": redact_url(outcome.upstream),
+        "fetch_status": outcome.status,
+        "fetch_detail": redact_url(outcome.detail),
+    }
 
 
 def final_failure(ref: str, errors: list[tuple[str, FetchError]]) -> FetchOutcome:

@@ -72,7 +72,7 @@ def test_ref_variables_and_env() -> None:
         "dir": "train/png",
     }
     assert ref_variables("x.jpg", __import__("re").compile(r"^y")) is None
-    with pytest.raises(Exception, match=r"\$\{VLMFORGE_NOPE\} is not set"):
+    with pytest.raises(Exception, match=r"\$\{VLMFORGE_NOPE\} is not set, or not allowed"):
         expand_env("${VLMFORGE_NOPE}/x")
 
 

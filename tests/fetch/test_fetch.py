@@ -110,8 +110,15 @@ def test_local_source_with_an_environment_root(
     out = fetch(["000000000009.jpg"], recipe, store)
     assert out["000000000009.jpg"].status == "source_error" and "COCO_ROOT" in out["000000000009.jpg"].detail
     monkeypatch.setenv("COCO_ROOT", str(tmp_path / "coco"))
-    out = fetch(["images/000000000009.jpg"], recipe, store)
+    out = fetch(["images/000000000009.jpg"], recipe, store)  # set, but not allowed (--env-allow)
+    assert out["images/000000000009.jpg"].status == "source_error"
+    assert "--env-allow COCO_ROOT" in out["images/000000000009.jpg"].detail
+    allowed = FetchContext(env_allow=("COCO_ROOT",))
+    out = fetch(["images/000000000009.jpg"], recipe, store, context=allowed)
     assert read_outcome(out["images/000000000009.jpg"], store) == img(9)
+    # the value is a secret: the upstream shows the variable's name
+    assert out["images/000000000009.jpg"].upstream is not None
+    assert str(tmp_path / "coco") not in (outcome_columns(out["images/000000000009.jpg"])["upstream"] or "")
 
 
 def test_each_upstream_object_is_fetched_once_across_subsets(srv: HttpFixture, store: ContentStore) -> None:

@@ -134,3 +134,11 @@ def test_validation_error_quotes_a_cut_value(tmp_path: Path) -> None:
     assert "extra" in str(info.value) and len(str(info.value)) < 1000
     with pytest.raises(ValidationError):
         parse_recipe({"subset": "s"})
+
+
+def test_a_billion_laughs_in_a_release_readme_costs_nothing() -> None:
+    """A release's README front matter is untrusted too: aliases under ``license:`` fall back to the words."""
+    from vlmforge.tasks.catalog.licenses import detect_license
+
+    front = "---\n" + laughs() + "license: *a10\n---\n# Data\n\nLicense: MIT\n"
+    assert detect_license(front)[0] == "MIT"

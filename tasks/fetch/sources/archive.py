@@ -4,7 +4,7 @@ template, optionally one archive per ``{shard}``. Only referenced members are re
 
 from __future__ import annotations
 
-from ....schemas.recipes import ArchiveSource, UnsetVariable, fill
+from ....schemas.recipes import ArchiveSource, UnsetVariable, check_expanded, fill
 from ..archive_members import normalize_member
 from ..batch_state import BatchRun
 from ..failures import NOT_IN_ARCHIVE, SOURCE_ERROR, FetchError, classify_fs_error
@@ -42,6 +42,7 @@ class Archive:
         wanted: Wanted = {}
         for ref, v in located.items():
             try:
+                check_expanded(source.storage_options)
                 member = normalize_member(fill(source.member, v))
                 shards = source.shards.values() if source.shards else [None]
                 urls = [fill(source.url, v if s is None else v | {"shard": s}) for s in shards]

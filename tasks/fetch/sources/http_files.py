@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ....schemas.recipes import HttpFilesSource, fill
+from ....schemas.recipes import HttpFilesSource, UnsetVariable, check_expanded, fill
 from ..batch_state import BatchRun
+from ..failures import SOURCE_ERROR, FetchError
 from ..objects import fetch_objects
 from ..outcomes import Answers, Located
 from ..store_writes import StoreSink
@@ -13,6 +14,10 @@ class HttpFiles:
     kind = "http_files"
 
     def answer(self, source: HttpFilesSource, located: Located, run: BatchRun) -> Answers:
+        try:
+            check_expanded(source.headers)
+        except UnsetVariable as exc:
+            return dict.fromkeys(located, FetchError(SOURCE_ERROR, f"{self.kind} source skipped: {exc}"))
         if source.max_concurrency:
             run.limit_host(fill(source.url, next(iter(located.values()))), source.max_concurrency)
 
@@ -24,6 +29,7 @@ class HttpFiles:
                 expect_media=True,
                 deadline=run.deadline,
                 redirects=source.redirects,
+                headers=source.headers,
             )
             run.count_bytes(resp.nbytes)
             return resp.attempts

@@ -3,7 +3,7 @@ default: each ``--media-root`` of the run. Files are read in place."""
 
 from __future__ import annotations
 
-from ....schemas.recipes import LocalSource, UnsetVariable, fill
+from ....schemas.recipes import LocalSource, UnsetVariable, check_expanded, fill
 from ...storage import is_local, url_to_fs
 from ..batch_state import BatchRun
 from ..failures import NOT_FOUND, SOURCE_ERROR, FetchError
@@ -24,6 +24,7 @@ class Local:
         """The first root holding the reference's file (user folders: their symlinks are followed)."""
         for root in roots:
             try:
+                check_expanded(source.storage_options)
                 fs, base = url_to_fs(fill(root, variables), **source.storage_options)
                 path = file_in(fs, base, fill(source.path, variables))
             except UnsetVariable as exc:

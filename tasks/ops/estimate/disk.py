@@ -24,8 +24,7 @@ from ....schemas.recipes import Recipe
 from ....schemas.records import SubsetEntry
 from ....schemas.redact import redact
 from ....schemas.rows import MediaRow
-from ...fetch import FetchContext, FetchKnobs, read_outcome
-from ...fetch import batch_state as fetch_batch
+from ...fetch import FetchContext, FetchKnobs, fetch_batch, read_outcome
 from ...manifests import OutputLayout
 from ...storage import ContentStore, sha256_bytes
 from .sizing import Answer, Sized

@@ -7,13 +7,26 @@ client's thread to let go of the socket instead of sleeping."""
 
 from __future__ import annotations
 
+import io
 import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from types import TracebackType
 
-JPEG = b"\xff\xd8\xff\xe0" + bytes(range(256)) * 8
+
+def _jpeg() -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.effect_noise((64, 64), 60).convert("RGB").save(buf, "JPEG", quality=90)
+    return buf.getvalue()
+
+
+JPEG = _jpeg()  # a real image, so a run's media stage accepts /ok.jpg
+
+
+CLOSE_EMPTY = "Content-Length: 0\r\nConnection: close\r\n\r\n"
 
 
 @dataclass
@@ -22,6 +35,12 @@ class Conn:
     opened: float = 0.0
     sent: int = 0
     closed: threading.Event = field(default_factory=threading.Event)  # the client hung up
+    closed_at: float = 0.0
+
+    @property
+    def held(self) -> float:
+        """Seconds the client held the connection (until now while it is open)."""
+        return (self.closed_at if self.closed.is_set() else time.monotonic()) - self.opened
 
 
 class DripServer:
@@ -81,6 +100,7 @@ class DripServer:
         except OSError:
             pass
         finally:
+            conn.closed_at = time.monotonic()
             conn.closed.set()
             sock.close()
 
@@ -111,13 +131,17 @@ class DripServer:
                 return
 
     def _answer(self, sock: socket.socket, conn: Conn) -> None:
+        """One response per connection (each says ``Connection: close``: the server hangs up after it)."""
         path = conn.path
         if path in self.redirects:
-            head = f"HTTP/1.1 302 Found\r\nLocation: {self.redirects[path]}\r\nContent-Length: 0\r\n\r\n"
+            location = self.redirects[path]
+            head = f"HTTP/1.1 302 Found\r\nLocation: {location}\r\n" + CLOSE_EMPTY
             sock.sendall(head.encode())
             return
         if path == "/ok.jpg":
-            sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(JPEG) + JPEG)
+            sock.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(JPEG) + JPEG
+            )
         elif path == "/drip-status.jpg":
             self._drip(sock, conn, b"HTTP/1.1 200 O", forever=b"K")  # a status line that never ends
         elif path == "/drip-headers.jpg":
@@ -135,4 +159,4 @@ class DripServer:
             sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: image/jpeg\r\n\r\n")
             self._drip(sock, conn, JPEG, forever=b"\x00")
         else:
-            sock.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+            sock.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
