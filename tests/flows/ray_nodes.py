@@ -46,19 +46,31 @@ def main(nodes: int) -> None:
     home = Path(tempfile.mkdtemp(prefix="vlmforge-raynodes-home-"))
     (home / "ray_bootstrap_config.yaml").write_text(RAY_BOOTSTRAP)
     os.environ.update(ray_process_env() | {"HOME": str(home)})  # inherited by every node's processes
+    folders = [home]
+    try:
+        serve(nodes, folders)
+    finally:
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
+        print("stopped", flush=True)
 
+
+def serve(nodes: int, folders: list[Path]) -> None:
+    """Start the nodes (their session folders appended to ``folders``), print them, obey stdin."""
     # Cluster writes its address to /tmp/ray/ray_current_cluster, where any other Ray on this machine would
     # find it: this cluster is the test's alone
     ray_utils.write_ray_address = lambda *a, **k: None
-    cluster = Cluster(initialize_head=True, head_node_args=_node_args(0) | {"include_dashboard": False})
-    for i in range(1, nodes):
-        cluster.add_node(**_node_args(i))
-    cluster.wait_for_nodes()
-    by_id = {n.unique_id: n for n in [cluster.head_node, *cluster.worker_nodes]}
-    described = [{"id": k, "temp_dir": n.get_temp_dir_path(), "head": n is cluster.head_node}
-                 for k, n in by_id.items()]  # fmt: skip
-    print(json.dumps({"address": cluster.address, "nodes": described}), flush=True)
+    args = [_node_args(i) for i in range(nodes)]
+    folders += [Path(a["temp_dir"]) for a in args]
+    cluster = Cluster(initialize_head=True, head_node_args=args[0] | {"include_dashboard": False})
     try:
+        for a in args[1:]:
+            cluster.add_node(**a)
+        cluster.wait_for_nodes()
+        by_id = {n.unique_id: n for n in [cluster.head_node, *cluster.worker_nodes]}
+        described = [{"id": k, "temp_dir": n.get_temp_dir_path(), "head": n is cluster.head_node}
+                     for k, n in by_id.items()]  # fmt: skip
+        print(json.dumps({"address": cluster.address, "nodes": described}), flush=True)
         for line in sys.stdin:
             cmd, _, arg = line.strip().partition(" ")
             if cmd == "kill":
@@ -68,9 +80,6 @@ def main(nodes: int) -> None:
                 break
     finally:
         cluster.shutdown()
-        for folder in [home, *(Path(n["temp_dir"]) for n in described)]:
-            shutil.rmtree(folder, ignore_errors=True)
-        print("stopped", flush=True)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,8 @@ from reliability.stage_events import StageEvents
 
 from vlmforge.tasks.ops.sample_release.shaped import UPSTREAM_ENV, ShapedRelease, build_shaped_release
 
-pytestmark = pytest.mark.slow
+# two runs, a cluster and a node failure: ~13-15 min at load 20 on 2 cores, above the suite default of 900 s
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 ROWS, SUBSETS, BATCH_LINES = 30, 6, 3  # kinds image, tar, multi, text, image, video (shaped_plan's v3 mix)
 NODES = 3  # a head and two workers, one CPU each
