@@ -41,7 +41,9 @@ RATIO_SETTINGS = (
 LOCAL_KINDS = frozenset({"release_tar", "local"})
 INDEX_ENTRY_BYTES = 260  # one upstream-index entry in the store (JSON: locator, sha256, bytes)
 TAR_MEMBER = 512 + 256  # a tar header and, on average, half a block of padding
-SAMPLE_MEMBERS = 3  # json, the media list, vlmforge.json (bridge format)
+SAMPLE_MEMBERS = 4  # json, jpgs, videos, vlmforge.json (the bridge format)
+SHARD_TAIL = 1024 + 5120  # a tar's end blocks and, on average, half a 10 KiB record of padding
+SHARD_BYTES = 1_000_000_000  # --shard-size's default: shards per subset
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ DEFAULT = DiskRatios(out=1.0, store=0.0, per_sample=None, method="default")
 def sample_overhead(record_bytes: float, media_per_sample: float) -> float:
     """Shard bytes of one sample beyond its media when no run measured it: its tar members' headers, the
     conversation JSON (about the JSONL line) and vlmforge's record (refs, hashes, token counts)."""
-    return SAMPLE_MEMBERS * TAR_MEMBER + record_bytes + 200 + 170 * media_per_sample
+    return SAMPLE_MEMBERS * TAR_MEMBER + record_bytes + 350 + 170 * media_per_sample
 
 
 def previous_ratios(out: str, cfg: RunConfig) -> dict[str, DiskRatios]:

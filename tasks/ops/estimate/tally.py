@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from ....schemas.estimate_rows import TOTAL, EstimateRow
 from ....schemas.records import SubsetEntry
-from .disk import INDEX_ENTRY_BYTES, LOCAL_KINDS, DiskRatios, sample_overhead
+from .disk import INDEX_ENTRY_BYTES, LOCAL_KINDS, SHARD_BYTES, SHARD_TAIL, DiskRatios, sample_overhead
 from .hours import Rates, run_hours
 from .references import SubsetRefs
 from .sizing import Answer, Miss, Sized
@@ -114,11 +114,12 @@ def _subset_row(s: SubsetSizing, seen: _Seen, cores: int, bandwidth: float, rate
             seen.archives.add(url)
             fetch += size
     row.fetch_bytes, row.store_bytes = round(fetch), round(store)
-    per_sample = s.ratios.per_sample
-    if per_sample is None:
+    per_sample, tails = s.ratios.per_sample, 0.0
+    if per_sample is None:  # no run measured it: the format's own overheads
         records = max(s.refs.records, 1)
         per_sample = sample_overhead(s.refs.record_bytes / records, s.refs.refs / records)
-    row.shard_bytes = round(uses_bytes * s.ratios.out + s.refs.records * per_sample)
+        tails = SHARD_TAIL * math.ceil(max(uses_bytes * s.ratios.out, 1) / SHARD_BYTES)
+    row.shard_bytes = round(uses_bytes * s.ratios.out + s.refs.records * per_sample + tails)
     row.disk_method, row.sample_bodies = s.ratios.method, s.ratios.bodies
     images = sum(1 for k in kinds.values() if k != "video")
     hours = run_hours(
