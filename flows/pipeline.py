@@ -80,7 +80,7 @@ def _catalog(cfg: RunConfig) -> list[SubsetEntry]:
         storage_options=cfg.source.storage_options,
         recipe_fingerprints=recipe_fingerprints_of(cfg.source.subsets, cfg.media.catalogs) or None,
         batch_media=cfg.batches.batch_media,
-        min_batches=_window(_cluster_cpus(cfg)),  # a small subset still gives every core work to the end
+        min_batches=_window(_cluster_cpus(cfg)),  # a small release still gives every core work to the end
     )
     return entries if cfg.source.subsets else with_recipe_fingerprints(entries, cfg.media.catalogs)
 
