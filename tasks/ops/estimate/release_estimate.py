@@ -15,6 +15,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 
 from ....schemas.config import RunConfig
 from ....schemas.estimate_rows import ESTIMATES, EstimateRow
@@ -120,7 +121,9 @@ def estimate_release(opts: EstimateOptions) -> Estimate:
                 )
     finally:
         client.close()
-    estimate_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    # microseconds: two estimates in one second (a rerun, the CLI after a flow) are two estimates; the id
+    # still sorts by time beside a run's start (versus.py picks the last estimate made before a run)
+    estimate_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     settings = _settings(opts, cores)
     rows = tally(
         sized,
