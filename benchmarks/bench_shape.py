@@ -37,7 +37,7 @@ def run_release(a: argparse.Namespace, release: Path, recipes: Path, work: Path,
     """``vlmforge run`` of a whole release under the measuring wrapper; ok and lines summed over subsets."""
     out = work / f"out-{tag}"
     cmd = [a.vlmforge, "run", str(release), "--out", str(out), "--max-pixels", str(a.max_pixels)]
-    cmd += ["--recipes", str(recipes), *a.vlmforge_arg]
+    cmd += ["--recipes", str(recipes), "--env-allow", "VLMFORGE_SHAPED_UPSTREAM", *a.vlmforge_arg]
     r = br.measure(cmd, br.clean_env(), work, tag)
     r["ok"], r["lines"], r["failures"] = 0, 0, {}
     runs = sorted((out / "runs").glob("*.json")) if (out / "runs").is_dir() else []

@@ -195,7 +195,7 @@ def sample_release(
         console.print(
             f"release: {shaped.root} ({len(shaped.subsets)} subsets, {shaped.total_lines} lines); serve "
             f"{shaped.upstream} over HTTP, set VLMFORGE_SHAPED_UPSTREAM to its URL, run with --recipes "
-            f"{shaped.recipes}"
+            f"{shaped.recipes} --env-allow VLMFORGE_SHAPED_UPSTREAM"
         )
         return
     rel = build_sample_release(dest, overwrite=overwrite)

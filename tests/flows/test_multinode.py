@@ -165,7 +165,8 @@ def test_three_nodes_on_s3_survive_a_lost_node_with_identical_shards(
     for k, v in env_add.items():
         monkeypatch.setenv(k, v)  # the nodes' processes (and so the tasks) and the drivers see them
     common = ["s3://release/v3", "--storage-option", f"endpoint_url={moto_s3}",
-              "--recipes", str(shaped.recipes), "--batch-lines", str(BATCH_LINES)]  # fmt: skip
+              "--recipes", str(shaped.recipes), "--env-allow", "VLMFORGE_SHAPED_UPSTREAM",
+              "--batch-lines", str(BATCH_LINES)]  # fmt: skip
 
     # The reference: one node, the embedded Ray with as many CPUs as the cluster (the same batch plan).
     one = tmp_path / "one"
