@@ -91,12 +91,17 @@ def local_ray() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def moto_s3() -> Iterator[str]:
-    """The endpoint URL of a loopback moto S3 server, one per test module."""
+    """The endpoint URL of a loopback moto S3 server, one per test module, starting empty."""
+    import urllib.request
+
     from moto.server import ThreadedMotoServer
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
+    # moto keeps its buckets in process-wide state that outlives a server: without a reset, a module's
+    # server still holds the buckets an earlier module made (``mkdir`` of the same bucket then fails)
+    urllib.request.urlopen(urllib.request.Request(f"http://{host}:{port}/moto-api/reset", method="POST"))
     try:
         yield f"http://{host}:{port}"
     finally:
