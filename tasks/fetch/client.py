@@ -211,25 +211,22 @@ class HttpClient:
         URL's own host only, never to a host a redirect leads to."""
         cap = self.options.max_bytes if max_bytes is None else max_bytes
         extra = tuple((headers or {}).items())
-        ask = _Ask(byte_range, suffix, sink, cap, expect_media, redirects, extra)
-
-        def attempt_once(attempt: int) -> Response:
-            if sink is not None and attempt > 1:
-                sink.reset()
-            if deadline is not None and time.monotonic() >= deadline:
-                raise FetchError(TIMEOUT, f"batch deadline reached before attempt {attempt}", url=url)
-            resp = self._get_once(url, ask, deadline)
-            resp.attempts = attempt
-            return resp
-
-        return self.retry.run(attempt_once, deadline, cap_retry_after=True, log_url=url)
+        return self._with_retries(
+            url, _Ask(byte_range, suffix, sink, cap, expect_media, redirects, extra), deadline
+        )
 
     def head(self, url: str, *, deadline: float | None = None, redirects: str = DEFAULT_POLICY) -> Response:
         """HEAD ``url`` with the same redirect policy, host slots, deadlines and retries as :meth:`get`; no
         body is read (``nbytes`` 0, the headers say the size)."""
-        ask = _Ask(None, None, None, 0, False, redirects, method="HEAD")
+        return self._with_retries(url, _Ask(None, None, None, 0, False, redirects, method="HEAD"), deadline)
+
+    def _with_retries(self, url: str, ask: _Ask, deadline: float | None) -> Response:
+        """``ask`` of ``url`` under the retry policy; no attempt starts past ``deadline``, and a sink is
+        emptied before each attempt after the first."""
 
         def attempt_once(attempt: int) -> Response:
+            if ask.sink is not None and attempt > 1:
+                ask.sink.reset()
             if deadline is not None and time.monotonic() >= deadline:
                 raise FetchError(TIMEOUT, f"deadline reached before attempt {attempt}", url=url)
             resp = self._get_once(url, ask, deadline)

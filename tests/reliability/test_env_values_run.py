@@ -14,16 +14,15 @@ import io
 import json
 import os
 import secrets
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from http_fixture import HttpFixture
 from PIL import Image
+from planted_values import files_containing, short_scratch
 
 pytestmark = pytest.mark.slow
 RUN_TIMEOUT_S = 900.0
@@ -57,24 +56,10 @@ def release(root: Path) -> Path:
     return root / "release"
 
 
-def files_containing(root: Path, needle: bytes) -> list[str]:
-    hits = []
-    for p in root.rglob("*"):
-        try:
-            if p.is_file() and not p.is_symlink() and needle in p.read_bytes():
-                hits.append(str(p))
-        except OSError:
-            continue
-    return hits
-
-
 @pytest.fixture
 def scratch() -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="vfe-"))  # short: Ray's socket paths live under it
-    try:
+    with short_scratch("vfe-") as root:
         yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def run(

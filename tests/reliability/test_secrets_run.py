@@ -16,14 +16,13 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from planted_values import files_containing, short_scratch
 
 pytestmark = pytest.mark.slow
 RUN_TIMEOUT_S = 900.0
@@ -70,25 +69,10 @@ def storage_option_args(planted: dict[str, str]) -> list[str]:
     return args
 
 
-def files_containing(root: Path, needle: bytes) -> list[str]:
-    hits = []
-    for p in root.rglob("*"):
-        try:
-            if p.is_file() and not p.is_symlink() and needle in p.read_bytes():
-                hits.append(str(p))
-        except OSError:
-            continue
-    return hits
-
-
 @pytest.fixture
 def scratch() -> Iterator[Path]:
-    """A short folder (Ray's socket paths live under it) for the run's temp files, Ray sessions and HOME."""
-    root = Path(tempfile.mkdtemp(prefix="vfs-"))
-    try:
+    with short_scratch("vfs-") as root:
         yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_planted_secrets_reach_no_file_database_or_log(
