@@ -26,9 +26,14 @@ def run_estimate(
     bandwidth: str,
 ) -> Any:
     """Build the run's config from flat ``options``, estimate, and return the estimate and the comparison."""
-    from ..schemas.config import RunConfig
     from ..tasks.errors import ConfigError
-    from ..tasks.ops import EstimateOptions, estimate_release, parse_bandwidth, versus_actual
+    from ..tasks.ops import (
+        EstimateOptions,
+        estimate_config,
+        estimate_release,
+        parse_bandwidth,
+        versus_actual,
+    )
 
     try:
         rate = parse_bandwidth(bandwidth)
@@ -36,12 +41,7 @@ def run_estimate(
         raise ConfigError(
             f"--bandwidth {bandwidth!r}: expected e.g. 1Gbit, 200Mbit, 50MB (per second)"
         ) from None
-    keys = set(RunConfig.model_fields["tokens"].annotation.model_fields)  # type: ignore[union-attr]
-    keys |= set(RunConfig.model_fields["media"].annotation.model_fields)  # type: ignore[union-attr]
-    keys |= {"release", "subsets", "storage_options", "store", "fetch_per_host", "fetch_concurrency"}
-    cfg = RunConfig.of(
-        out=out or ".", **{k: v for k, v in options.items() if k in keys} | {"release": release}
-    )
+    cfg = estimate_config(release, out, options)
     estimate = estimate_release(
         EstimateOptions(
             cfg=cfg,

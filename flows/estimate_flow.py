@@ -9,7 +9,7 @@ from typing import Any
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
-from ..schemas.config import RunConfig, StorageOptions
+from ..schemas.config import StorageOptions
 from ..schemas.trainers import TRAINERS
 
 __all__ = ["estimate_flow"]
@@ -37,24 +37,20 @@ def estimate_flow(
         EstimateOptions,
         as_json,
         as_markdown,
+        estimate_config,
         estimate_release,
         parse_bandwidth,
         versus_actual,
     )
 
-    preset = dict(TRAINERS[trainer]) if trainer else {}
-    fields = set(RunConfig.model_fields["tokens"].annotation.model_fields)  # type: ignore[union-attr]
-    fields |= set(RunConfig.model_fields["media"].annotation.model_fields)  # type: ignore[union-attr]
-    chosen = {k: v for k, v in (preset | dict(knobs or {})).items() if k in fields}
-    cfg = RunConfig.of(
-        out=out or ".",
-        release=release,
-        subsets=tuple(subsets or ()),
-        catalogs=tuple(recipes or ()),
-        media_roots=tuple(media_roots or ()),
-        storage_options=storage_options.options if storage_options else {},
-        **{k: v for k, v in chosen.items() if k not in ("catalogs", "media_roots")},
-    )
+    run_options = dict(TRAINERS[trainer]) if trainer else {}
+    run_options |= dict(knobs or {}) | {
+        "subsets": tuple(subsets or ()),
+        "catalogs": tuple(recipes or ()),
+        "media_roots": tuple(media_roots or ()),
+        "storage_options": storage_options.options if storage_options else {},
+    }
+    cfg = estimate_config(release, out, run_options)
     estimate = estimate_release(
         EstimateOptions(
             cfg=cfg,

@@ -6,6 +6,7 @@ client, the media stage's normaliser for a decoded sample) without their side ef
 them, with the other operations on a release or an output.
 """
 
+from .estimate_config import estimate_config
 from .estimate_report import as_json, as_markdown, estimate_table, footnotes, versus_table
 from .hours import parse_bandwidth
 from .release_estimate import Estimate, EstimateOptions, estimate_release
@@ -16,6 +17,7 @@ __all__ = [
     "EstimateOptions",
     "as_json",
     "as_markdown",
+    "estimate_config",
     "estimate_release",
     "estimate_table",
     "footnotes",
