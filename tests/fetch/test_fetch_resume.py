@@ -130,9 +130,15 @@ def test_kill_at_random_moments(script: Path, tmp_path: Path) -> None:
         srv.reset_log()
         store, out = tmp_path / "store", tmp_path / "out.json"
         fetched_when_stored: dict[str, int] = {}
-        for _ in range(3):
+        # Kills land at events, not at times: when a run's Nth request reaches the server (after 20: at least
+        # 16 objects are stored, since a fetch thread stores its object before it asks for the next; after a
+        # few: with bodies in flight), and right after the start (during start-up, before any fetch).
+        for kill_at in (20, rng.randint(1, 8), 0):
+            seen = len(srv.requests())
             proc = start(script, srv, store, out, n, 4)
-            time.sleep(rng.uniform(1.0, 2.5))  # start-up is ~1 s: kills land before, during and after fetches
+            while len(srv.requests()) - seen < kill_at and proc.poll() is None:
+                time.sleep(0.005)  # polling an event's count: how long it takes changes nothing
+            assert proc.poll() is None, "the job ended before its kill point"
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
             assert_no_partial_objects(store)
