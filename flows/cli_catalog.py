@@ -141,7 +141,7 @@ def register(app: typer.Typer) -> None:
                 "video_mode": video_mode,
                 "fetch_per_host": fetch_per_host,
             }
-            result, versus = run_estimate(
+            result = run_estimate(
                 release=release,
                 out=out,
                 options=with_trainer(ctx, trainer, options),
@@ -151,7 +151,7 @@ def register(app: typer.Typer) -> None:
                 cores=cores,
                 bandwidth=bandwidth,
             )
-            print_estimate(release, result, versus, as_json)
+            print_estimate(release, result, as_json)
             return
         entries = _catalog(release, subset, storage_option, recipes, 2000)
         if as_json:

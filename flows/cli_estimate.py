@@ -25,14 +25,13 @@ def run_estimate(
     cores: int,
     bandwidth: str,
 ) -> Any:
-    """Build the run's config from flat ``options``, estimate, and return the estimate and the comparison."""
+    """The run's config from flat ``options``, estimated (with the comparison when ``out`` is set)."""
     from ..tasks.errors import ConfigError
     from ..tasks.ops import (
         EstimateOptions,
         estimate_config,
         estimate_release,
         parse_bandwidth,
-        versus_actual,
     )
 
     try:
@@ -53,14 +52,14 @@ def run_estimate(
             bandwidth=rate,
         )
     )
-    versus = versus_actual(out, cfg.fetch.store) if out else []
-    return estimate, versus
+    return estimate
 
 
-def print_estimate(release: str, estimate: Any, versus: list[Any], as_json: bool) -> None:
+def print_estimate(release: str, estimate: Any, as_json: bool) -> None:
     from ..tasks.ops import as_json as to_json
     from ..tasks.ops import estimate_table, footnotes, versus_table
 
+    versus = estimate.versus
     if as_json:
         typer.echo(json.dumps(to_json(estimate.rows, versus), indent=1))
         return

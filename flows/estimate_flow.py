@@ -40,7 +40,6 @@ def estimate_flow(
         estimate_config,
         estimate_release,
         parse_bandwidth,
-        versus_actual,
     )
 
     run_options = dict(TRAINERS[trainer]) if trainer else {}
@@ -62,10 +61,9 @@ def estimate_flow(
             bandwidth=parse_bandwidth(bandwidth),
         )
     )
-    versus = versus_actual(out, cfg.fetch.store) if out else []
     create_markdown_artifact(
         key="vlmforge-estimate",
-        markdown=as_markdown(estimate.rows, versus),
+        markdown=as_markdown(estimate.rows, estimate.versus),
         description=f"what a run of {release} will fetch, store and take",
     )
-    return as_json(estimate.rows, versus)
+    return as_json(estimate.rows, estimate.versus)

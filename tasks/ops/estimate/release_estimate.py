@@ -30,6 +30,7 @@ from .references import subset_references
 from .sizes import size_references
 from .sizing import SizingContext
 from .tally import SubsetSizing, tally
+from .versus import Versus, versus_actual
 
 DEFAULT_BANDWIDTH = 1e9 / 8  # 1 Gbit/s
 
@@ -54,6 +55,9 @@ class Estimate:
     estimate_id: str
     settings: dict[str, object] = field(default_factory=dict)
     table_paths: list[str] = field(default_factory=list)
+    versus: list[Versus] = field(
+        default_factory=list
+    )  # with an output folder: the last run's estimate vs actual
 
 
 def run_recipe(subset: str, cfg: RunConfig) -> Recipe:
@@ -68,7 +72,8 @@ def run_recipe(subset: str, cfg: RunConfig) -> Recipe:
 
 
 def estimate_release(opts: EstimateOptions) -> Estimate:
-    """Estimate every selected subset of the release; with ``opts.out``, write the ``estimates`` table."""
+    """Estimate every selected subset of the release; with ``opts.out``, write the ``estimates`` table and
+    compare the estimate made before its latest run with what that run took."""
     cfg = opts.cfg
     cores = opts.cores or os.cpu_count() or 1
     entries = catalog_release(
@@ -137,6 +142,7 @@ def estimate_release(opts: EstimateOptions) -> Estimate:
     result = Estimate(rows, estimate_id, settings)
     if opts.out:
         result.table_paths = write_estimates(opts.out, estimate_id, rows)
+        result.versus = versus_actual(opts.out, cfg.fetch.store)
     return result
 
 
