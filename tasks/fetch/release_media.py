@@ -91,6 +91,14 @@ class ReleaseMedia:
             return None
         return f"tar:{member.path.rsplit('/', 1)[-1]}", member
 
+    def where(self, rel: str) -> LocalLocation | MissingMedia:
+        """Where ``rel`` lives in the release, or the miss (not found, unsafe) that a source answers with."""
+        try:
+            hit = self.locate(rel)
+        except MissingMedia as exc:
+            return exc
+        return self.not_found() if hit is None else hit[1]
+
     def not_found(self, *, media_roots: bool = False) -> MissingMedia:
         """The miss of a reference no location holds (naming the media tars that could not be read)."""
         where = "media roots, subset folder" if media_roots else "subset folder"

@@ -20,16 +20,10 @@ class ReleaseTar:
         out: Answers = {}
         for ref, variables in located.items():
             rel = variables["ref"]
-            try:
-                hit = release.locate(rel)
-            except MissingMedia as exc:
-                out[ref] = FetchError(exc.failure, str(exc))
+            location = release.where(rel)
+            if isinstance(location, MissingMedia):
+                out[ref] = FetchError(location.failure, str(location))
                 continue
-            if hit is None:
-                miss = release.not_found()
-                out[ref] = FetchError(miss.failure, str(miss))
-                continue
-            location = hit[1]
             upstream = location.path if location.offset is None else f"{location.path}#{rel}"
             out[ref] = FetchOutcome(ref, "ok", self.kind, upstream, nbytes=location.size, location=location)
         return out

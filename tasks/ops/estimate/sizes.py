@@ -62,16 +62,10 @@ class ReleaseTarSizer:
         remote = not is_local(release.fs)
         out: dict[str, Answer] = {}
         for ref, variables in located.items():
-            try:
-                hit = release.locate(variables["ref"])
-            except MissingMedia as exc:
-                out[ref] = Miss(exc.failure, str(exc))
+            loc = release.where(variables["ref"])
+            if isinstance(loc, MissingMedia):
+                out[ref] = Miss(loc.failure, str(loc))
                 continue
-            if hit is None:
-                miss = release.not_found()
-                out[ref] = Miss(miss.failure, str(miss))
-                continue
-            loc = hit[1]
             if loc.offset is None:
                 size = file_size(release.fs, str(release.fs._strip_protocol(loc.path)))
                 name = loc.path
