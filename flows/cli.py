@@ -19,12 +19,14 @@ from rich.table import Table
 from ..schemas.tables import TABLES
 from ..tasks.errors import ConfigError, VlmforgeError
 from .cli_options import config_options, with_config_options, with_trainer
+from .one_line_errors import OneLineErrorsGroup
 from .runtime import apply_quiet_env
 
 apply_quiet_env()
 
 app = typer.Typer(
     name="vlmforge",
+    cls=OneLineErrorsGroup,  # usage errors (click's, the config's, the preflight's): one line, exit 2
     help="Turn vision-language training releases into verified, token-counted Megatron-Energon shards.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -69,16 +71,22 @@ def run(
     **options: Any,
 ) -> None:
     """Catalog, parse, verify media, count tokens, gate and write Energon shards."""
+    from pydantic import ValidationError
+
     from ..schemas.config import RunConfig
     from ..tasks.media import accepted_image_formats
+    from .one_line_errors import usage_error_of
+    from .preflight import UsageError, preflight_run
 
     try:
         given = with_config_options(options) | {"release": release}
         cfg = RunConfig.of(**with_trainer(ctx, trainer, given))
-        accepted_image_formats(cfg.media.extra_image_formats)  # an unknown format name fails here
-    except Exception as exc:  # pydantic ValidationError: say which option and why
-        raise typer.BadParameter(str(exc)) from None
-    from .preflight import preflight_run
+    except ValidationError as exc:  # say which option, the value given and why, on one line
+        raise usage_error_of(exc) from None
+    try:
+        accepted_image_formats(cfg.media.extra_image_formats)
+    except ValueError as exc:  # an unknown format name
+        raise UsageError(f"--accept-image-format: {exc}") from None
     from .runtime import LoopbackRayTaskRunner, embedded_runtime
 
     # every mistake that can be found before Prefect and Ray start is found here (one line, exit 2)
@@ -219,11 +227,7 @@ def main() -> None:
     except VlmforgeError as exc:
         if os.environ.get("VLMFORGE_DEBUG"):
             raise
-        from .preflight import EXIT_USAGE, UsageError
-
-        if isinstance(exc, UsageError):  # found before start-up: the line says it all
-            err.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
-            sys.exit(EXIT_USAGE)
+        # usage errors never get here: the app's group prints them as one line (flows/one_line_errors.py)
         err.print(f"[red]error:[/red] {exc}\n(set VLMFORGE_DEBUG=1 for the traceback)", soft_wrap=True)
         sys.exit(2)
 
