@@ -102,9 +102,10 @@ def run(
     from .runtime import configured_api_url
 
     runner = LoopbackRayTaskRunner(address=cfg.execution.ray_address, num_cpus=cfg.execution.num_cpus)
+    api_url = configured_api_url()  # None: the run starts a Prefect server of its own, gone when it ends
     with stops_cleanly("run"), run_lock(cfg.out, wait=wait_lock, say=_note):
         _note(ray_line(cfg.execution.ray_address, cfg.execution.num_cpus))
-        _note(prefect_line(configured_api_url()))
+        _note(prefect_line(api_url))
         # The flow's imports and Ray's start run while the Prefect server boots.
         with embedded_runtime(runner, while_booting=_import_flow), terminal_progress():
             from .pipeline import run_release
@@ -115,6 +116,10 @@ def run(
 
     summary.seconds = process_seconds()  # what the user waited, start-up included
     print_summary(summary)
+    from .run_banner import after_run_lines
+
+    for line in after_run_lines(cfg.out, summary.run_id, api_url):
+        _note(line)
     if not summary.subsets:  # a license filter or a remote release that left nothing to do
         err.print(
             "[red]error:[/red] the run found 0 subsets (see the catalog line; --subset, --license-allow)"
