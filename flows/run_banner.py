@@ -41,9 +41,9 @@ def after_run_lines(out: str, run_id: str, api_url: str | None) -> list[str]:
     if not api_url:
         lines.append(
             'Prefect: the run\'s own server stopped with it, and its "View at" link too; to keep runs '
-            "to browse, start `vlmforge server --docs OUT` and run with "
-            "PREFECT_API_URL=http://127.0.0.1:4200/api (this run's results stay in OUT: "
-            "`vlmforge quality OUT`)"
+            f"to browse, start `vlmforge server --docs {out}` and run with "
+            "PREFECT_API_URL=http://127.0.0.1:4200/api (this run's results stay: "
+            f"`vlmforge quality {out}`)"
         )
     return lines
 

@@ -159,3 +159,18 @@ def test_a_run_links_its_docs_over_http_when_the_server_serves_its_folder(
     assert f"vlmforge server --docs {other}" in md
     line = docs_line(str(other), RUN, None)
     assert line is not None and line.startswith(f"Data Docs: {other}/quality/{RUN}/docs/index.html; serve")
+
+
+def test_a_runs_last_lines_point_where_it_can_be_seen_afterwards(
+    out: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a run with a Prefect of its own, no dead "View at" port is the last word: how to keep runs to
+    browse; after a run that reported to a server, only the Data Docs line."""
+    from vlmforge.flows.run_banner import after_run_lines
+
+    monkeypatch.setenv("VLMFORGE_DOCS_URL", "http://127.0.0.1:9")  # nothing serves there: the file path
+    own = after_run_lines(str(out), RUN, None)
+    assert own[0].startswith(f"Data Docs: {out}/quality/{RUN}/docs/index.html; serve them over http")
+    assert own[1].startswith("Prefect: the run's own server stopped with it")
+    assert f"vlmforge server --docs {out}" in own[1] and "PREFECT_API_URL=http://127.0.0.1:4200/api" in own[1]
+    assert after_run_lines(str(out), RUN, "http://127.0.0.1:4200/api") == own[:1]
