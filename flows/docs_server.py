@@ -8,7 +8,8 @@ shared ``_assets/``), mounted under the folder's name::
     /<name>/<run>/docs/index.html   a run's report; its pages' assets under /<name>/_assets/...
     /_vlmforge_docs.json            the mounts (name -> quality folder): how a run finds its link
 
-GET and HEAD only; a path with ``..``, a backslash or a NUL is refused, a resolved path outside the mount
+GET and HEAD only; a request whose ``Host`` is not the loopback address (DNS rebinding) or whose path has
+``..``, a backslash or a NUL is refused, a resolved path outside the mount
 (a symlink out) is not found, and a folder is never listed (its ``index.html`` or 404). Browsers get pages
 that a ``file://`` link from the Prefect UI could not give them.
 """
@@ -87,6 +88,10 @@ class _DocsHandler(BaseHTTPRequestHandler):
         return
 
     def _answer(self, body: bool) -> None:
+        port = self.server.server_address[1]
+        if self.headers.get("Host", "") not in (f"{LOOPBACK}:{port}", f"localhost:{port}"):
+            # a page elsewhere that rebinds its own name to 127.0.0.1 does not get to read the docs
+            return self._send(HTTPStatus.FORBIDDEN, b"refused: not a loopback host\n", "text/plain", body)
         raw = urlsplit(self.path).path
         path = unquote(raw)
         parts = path.split("/")[1:]

@@ -81,12 +81,14 @@ def _get(url: str) -> tuple[int, str, bytes]:
         return exc.code, exc.headers.get("Content-Type", ""), exc.read()
 
 
-def _raw_get(base: str, path: str) -> int:
+def _raw_get(base: str, path: str, host_header: str | None = None) -> int:
     """The status of a request whose path is sent as written (no client normalises ``..`` away)."""
     host, port = base.split("//", 1)[1].split("/", 1)[0].split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
     try:
-        conn.request("GET", path)
+        conn.putrequest("GET", path, skip_host=True)
+        conn.putheader("Host", host_header or f"{host}:{port}")
+        conn.endheaders()
         return conn.getresponse().status
     finally:
         conn.close()
@@ -131,6 +133,9 @@ def test_the_server_stays_inside_the_docs_folders(server: tuple[str, int], out: 
     assert _raw_get(base, "/my-out/link-out/secret.txt") == 404  # a symlink out of the folder
     assert _raw_get(base, "/my-out/_assets/") == 404  # a folder without index.html: no listing
     assert _raw_get(base, "/other/x") == 404
+    port = base.rsplit(":", 1)[1]
+    assert _raw_get(base, f"/my-out/{RUN}/docs/index.html", host_header=f"evil.example:{port}") == 403
+    assert _raw_get(base, f"/my-out/{RUN}/docs/index.html", host_header=f"localhost:{port}") == 200
     status, _, _ = _get(f"{base}/my-out/index.json")
     assert status == 200  # what is in quality/ is served (the runs' index)
 
