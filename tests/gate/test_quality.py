@@ -185,6 +185,7 @@ def test_the_pages_share_one_copy_of_their_assets(gated: OutputLayout) -> None:
             assert (page.parent / ref).resolve().is_relative_to(folders[0]), (page, ref)
     build_data_docs(gated, RUN)
     assert list((quality / "_assets").iterdir()) == folders
+    assert list_runs(gated) == [RUN]  # the shared folder is no run
     after = {f.relative_to(quality): f.read_bytes() for f in folders[0].rglob("*") if f.is_file()}
     assert after == before
 
