@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote, unquote, urlsplit
 
 LOOPBACK = "127.0.0.1"
@@ -88,7 +88,7 @@ class _DocsHandler(BaseHTTPRequestHandler):
         return
 
     def _answer(self, body: bool) -> None:
-        port = self.server.server_address[1]
+        port = cast(ThreadingHTTPServer, self.server).server_port
         if self.headers.get("Host", "") not in (f"{LOOPBACK}:{port}", f"localhost:{port}"):
             # a page elsewhere that rebinds its own name to 127.0.0.1 does not get to read the docs
             return self._send(HTTPStatus.FORBIDDEN, b"refused: not a loopback host\n", "text/plain", body)
