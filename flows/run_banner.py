@@ -29,7 +29,10 @@ def prefect_line(api_url: str | None) -> str:
     """One line: the Prefect API the run reports to (a server of its own when none is configured)."""
     if api_url:
         return f"Prefect: reporting to {api_url}"
-    return "Prefect: starting its own server on 127.0.0.1 (`vlmforge server` keeps one running)"
+    return (
+        'Prefect: starting its own server on 127.0.0.1 for this run only (its "View at" link ends with the '
+        "run; `vlmforge server` keeps one running)"
+    )
 
 
 def after_run_lines(out: str, run_id: str, api_url: str | None) -> list[str]:

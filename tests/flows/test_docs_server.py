@@ -171,7 +171,7 @@ def test_a_runs_last_lines_point_where_it_can_be_seen_afterwards(
 ) -> None:
     """After a run with a Prefect of its own, no dead "View at" port is the last word: how to keep runs to
     browse; after a run that reported to a server, only the Data Docs line."""
-    from vlmforge.flows.run_banner import after_run_lines
+    from vlmforge.flows.run_banner import after_run_lines, prefect_line
 
     monkeypatch.setenv("VLMFORGE_DOCS_URL", "http://127.0.0.1:9")  # nothing serves there: the file path
     own = after_run_lines(str(out), RUN, None)
@@ -179,3 +179,4 @@ def test_a_runs_last_lines_point_where_it_can_be_seen_afterwards(
     assert own[1].startswith("Prefect: the run's own server stopped with it")
     assert f"vlmforge server --docs {out}" in own[1] and "PREFECT_API_URL=http://127.0.0.1:4200/api" in own[1]
     assert after_run_lines(str(out), RUN, "http://127.0.0.1:4200/api") == own[:1]
+    assert "for this run only" in prefect_line(None) and "View at" in prefect_line(None)
