@@ -10,6 +10,7 @@ keeps the file path.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import urllib.request
@@ -48,7 +49,7 @@ def served_docs_url(out: str, run_id: str, api_url: str | None, timeout_s: float
         try:
             with urllib.request.urlopen(base + MOUNTS_PATH, timeout=timeout_s) as resp:  # noqa: S310
                 doc = json.loads(resp.read())
-        except (OSError, ValueError):
+        except (OSError, ValueError, http.client.HTTPException):  # nothing there, or not a docs server
             continue
         if not isinstance(doc, dict) or doc.get("kind") != MOUNTS_KIND:
             continue
