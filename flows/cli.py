@@ -19,12 +19,14 @@ from rich.table import Table
 from ..schemas.tables import TABLES
 from ..tasks.errors import ConfigError, VlmforgeError
 from .cli_options import config_options, with_config_options, with_trainer
+from .one_line_errors import OneLineErrorsGroup
 from .runtime import apply_quiet_env
 
 apply_quiet_env()
 
 app = typer.Typer(
     name="vlmforge",
+    cls=OneLineErrorsGroup,  # usage errors (click's, the config's, the preflight's): one line, exit 2
     help="Turn vision-language training releases into verified, token-counted Megatron-Energon shards.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -69,16 +71,22 @@ def run(
     **options: Any,
 ) -> None:
     """Catalog, parse, verify media, count tokens, gate and write Energon shards."""
+    from pydantic import ValidationError
+
     from ..schemas.config import RunConfig
     from ..tasks.media import accepted_image_formats
+    from .one_line_errors import usage_error_of
+    from .preflight import UsageError, preflight_run
 
     try:
         given = with_config_options(options) | {"release": release}
         cfg = RunConfig.of(**with_trainer(ctx, trainer, given))
-        accepted_image_formats(cfg.media.extra_image_formats)  # an unknown format name fails here
-    except Exception as exc:  # pydantic ValidationError: say which option and why
-        raise typer.BadParameter(str(exc)) from None
-    from .preflight import preflight_run
+    except ValidationError as exc:  # say which option, the value given and why, on one line
+        raise usage_error_of(exc) from None
+    try:
+        accepted_image_formats(cfg.media.extra_image_formats)
+    except ValueError as exc:  # an unknown format name
+        raise UsageError(f"--accept-image-format: {exc}") from None
     from .runtime import LoopbackRayTaskRunner, embedded_runtime
 
     # every mistake that can be found before Prefect and Ray start is found here (one line, exit 2)
@@ -94,9 +102,10 @@ def run(
     from .runtime import configured_api_url
 
     runner = LoopbackRayTaskRunner(address=cfg.execution.ray_address, num_cpus=cfg.execution.num_cpus)
+    api_url = configured_api_url()  # None: the run starts a Prefect server of its own, gone when it ends
     with stops_cleanly("run"), run_lock(cfg.out, wait=wait_lock, say=_note):
         _note(ray_line(cfg.execution.ray_address, cfg.execution.num_cpus))
-        _note(prefect_line(configured_api_url()))
+        _note(prefect_line(api_url))
         # The flow's imports and Ray's start run while the Prefect server boots.
         with embedded_runtime(runner, while_booting=_import_flow), terminal_progress():
             from .pipeline import run_release
@@ -107,6 +116,10 @@ def run(
 
     summary.seconds = process_seconds()  # what the user waited, start-up included
     print_summary(summary)
+    from .run_banner import after_run_lines
+
+    for line in after_run_lines(cfg.out, summary.run_id, api_url):
+        _note(line)
     if not summary.subsets:  # a license filter or a remote release that left nothing to do
         err.print(
             "[red]error:[/red] the run found 0 subsets (see the catalog line; --subset, --license-allow)"
@@ -219,11 +232,7 @@ def main() -> None:
     except VlmforgeError as exc:
         if os.environ.get("VLMFORGE_DEBUG"):
             raise
-        from .preflight import EXIT_USAGE, UsageError
-
-        if isinstance(exc, UsageError):  # found before start-up: the line says it all
-            err.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
-            sys.exit(EXIT_USAGE)
+        # usage errors never get here: the app's group prints them as one line (flows/one_line_errors.py)
         err.print(f"[red]error:[/red] {exc}\n(set VLMFORGE_DEBUG=1 for the traceback)", soft_wrap=True)
         sys.exit(2)
 

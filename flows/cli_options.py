@@ -103,13 +103,17 @@ _REPEATABLE = frozenset(o.name for o in run_options() if o.repeatable)
 def with_trainer(ctx: typer.Context, trainer: str | None, options: dict[str, Any]) -> dict[str, Any]:
     """``options`` with the ``--trainer`` preset's values for every option not given on the command line
     (or through an environment variable): an explicit flag overrides the trainer."""
+    import difflib
+
     from ..schemas.trainers import TRAINERS
+    from .preflight import UsageError
 
     if trainer is None:
         return options
     if trainer not in TRAINERS:
-        known = ", ".join(TRAINERS)
-        raise typer.BadParameter(f"unknown trainer {trainer!r}; known: {known}", param_hint="--trainer")
+        close = difflib.get_close_matches(trainer, list(TRAINERS), n=1)
+        hint = f"did you mean --trainer {close[0]}?" if close else "see the trainers table in README"
+        raise UsageError(f"--trainer {trainer}: unknown trainer (known: {', '.join(TRAINERS)})", hint)
     preset = TRAINERS[trainer]
     # typer vendors click: compare the ParameterSource member by name, not by class
     unset = {k for k in preset if getattr(ctx.get_parameter_source(k), "name", "DEFAULT") == "DEFAULT"}

@@ -1,4 +1,5 @@
-"""``vlmforge server``: the Prefect UI and API on 127.0.0.1 (``prefect server start``), telemetry off.
+"""``vlmforge server``: the Prefect UI and API on 127.0.0.1 (``prefect server start``), telemetry off, and
+with ``--docs OUT`` the Data Docs of the runs in OUT over http (``flows/docs_server.py``) on the next port.
 
 Registered on the main app by ``flows/cli.py`` (``cli_server.register(app)``). With ``--ray`` it also starts a
 local Ray head (loopback, token authentication, no dashboard) that deployments reach through ``RAY_ADDRESS``
@@ -11,7 +12,8 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
@@ -19,6 +21,8 @@ SERVER_EXAMPLES = """
 Examples:
 
   vlmforge server                      # UI at http://127.0.0.1:4200
+
+  vlmforge server --docs ./out         # + Data Docs: http://127.0.0.1:4201/out/
 
   vlmforge server --port 4300 --ray    # also a local Ray head for the worker (prints its RAY_ADDRESS
                                        # and where its token is)
@@ -57,11 +61,21 @@ def server(
         bool, typer.Option("--ray/--no-ray", help="also start a local Ray head for deployments")
     ] = False,
     num_cpus: Annotated[int | None, typer.Option(help="CPUs of the local Ray head (with --ray)")] = None,
+    docs: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="serve the Data Docs of the runs in this output folder (repeatable)", metavar="OUT"
+        ),
+    ] = None,
+    docs_port: Annotated[
+        int | None, typer.Option(help="port of the Data Docs on 127.0.0.1 (default: --port + 1)")
+    ] = None,
 ) -> None:
-    """Start the Prefect UI and API on 127.0.0.1 (analytics off) until Ctrl-C."""
+    """Start the Prefect UI and API (with --docs the runs' Data Docs too) on 127.0.0.1 until Ctrl-C."""
     from rich.console import Console
 
     console = Console(stderr=True)
+    docs_server = _start_docs(docs or [], port, docs_port, console)
     head = None
     if ray:
         from .ray_head import start_ray_head
@@ -94,7 +108,37 @@ def server(
                 proc.wait()
         if head is not None:
             head.stop()
+        if docs_server is not None:
+            docs_server.stop()
     raise typer.Exit(code)
+
+
+def _start_docs(outs: list[str], port: int, docs_port: int | None, console: Any) -> Any:
+    """The Data Docs server of ``outs`` (local folders), started; None without ``--docs``."""
+    from .docs_link import DOCS_URL_ENV, docs_port_for
+    from .docs_server import DocsServer, mount_names
+    from .preflight import UsageError
+
+    if not outs:
+        return None
+    for out in outs:
+        if "://" in out:
+            raise UsageError(f"--docs {out}: not a local folder", "serve a local output folder")
+        if Path(out).exists() and not Path(out).is_dir():
+            raise UsageError(f"--docs {out}: is a file", "give a run's output folder")
+    wanted = docs_port if docs_port is not None else docs_port_for(port)
+    try:
+        docs_server = DocsServer(mount_names(outs), port=wanted).start()
+    except OSError as exc:
+        raise UsageError(f"--docs-port {wanted}: {exc.strerror or exc}", "give another --docs-port") from None
+    console.print(f"Data Docs: {docs_server.url}/", highlight=False, markup=False)
+    for name, root in docs_server.mounts.items():
+        console.print(f"  {root.parent} -> {docs_server.url}/{name}/", highlight=False, markup=False)
+    if docs_port is not None and docs_port != docs_port_for(port):
+        console.print(
+            f"  runs link to them when {DOCS_URL_ENV}={docs_server.url} is set", highlight=False, markup=False
+        )
+    return docs_server
 
 
 def _raise_exit(signum: int, frame: object) -> None:

@@ -36,8 +36,9 @@ from ..tasks.publish import ShardsGateFailed, metadataset_val_problem, publish_m
 from ..tasks.staging import as_released, stage_run_source
 from ..tasks.storage import ContentStore, OutputFullError, atomic_write_bytes
 from . import progress
+from .docs_link import served_docs_url
 from .run_names import run_name
-from .runtime import LoopbackRayTaskRunner, hand_back_freed_memory
+from .runtime import LoopbackRayTaskRunner, configured_api_url, hand_back_freed_memory
 from .schedule import GATE, PUBLISH, VALIDATE, StageSpans, SubsetSchedule
 from .stage_tasks import build_batch_task, gate_task, publish_task, quality_docs_task, validate_task
 from .summary import RunSummary, SubsetOutcome, failures_markdown, summary_markdown
@@ -372,9 +373,10 @@ def _report(
         markdown=summary_markdown(summary),
         description=f"per-subset counts and tokens of run {rid}",
     )
+    served = served_docs_url(run.layout.out, rid, configured_api_url())  # a `vlmforge server --docs OUT`
     create_markdown_artifact(
         key="vlmforge-quality",
-        markdown=quality_docs_task.submit(run.layout.out, rid).result(),
+        markdown=quality_docs_task.submit(run.layout.out, rid, served).result(),
         description=f"quality gate results of run {rid} (Data Docs linked)",
     )
     create_markdown_artifact(

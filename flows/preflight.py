@@ -20,6 +20,9 @@ from ..schemas.config import RunConfig
 from ..tasks.errors import ConfigError
 
 EXIT_USAGE = 2
+OVERRIDES_HINT = (
+    'the form: {"subsets": {"<subset or pattern>": {"<parameter>": <number>}}} (expectations/overrides.json)'
+)
 
 
 class UsageError(ConfigError):
@@ -137,7 +140,7 @@ def _gate_overrides(cfg: RunConfig) -> None:
     try:
         load_overrides(cfg.gate.gate_overrides)
     except ConfigError as exc:
-        raise UsageError(_one_line(str(exc))) from None
+        raise UsageError(_one_line(str(exc)), OVERRIDES_HINT) from None
 
 
 # Options that mean nothing without another: (given, needs, why), each a predicate over the config.

@@ -1,4 +1,5 @@
-"""The first lines of ``vlmforge run``: which Ray and which Prefect API the run uses, said before they start.
+"""The first lines of ``vlmforge run``: which Ray and which Prefect API the run uses, said before they start;
+and its last: where to see the run afterwards (links that outlive the run).
 
 A run starts a Ray of its own unless told to attach (``--ray-address`` or ``RAY_ADDRESS``): a Ray that
 another ``ray start --head`` left on the machine is never picked up by accident, so the line names it and
@@ -28,7 +29,26 @@ def prefect_line(api_url: str | None) -> str:
     """One line: the Prefect API the run reports to (a server of its own when none is configured)."""
     if api_url:
         return f"Prefect: reporting to {api_url}"
-    return "Prefect: starting its own server on 127.0.0.1 (`vlmforge server` keeps one running)"
+    return (
+        'Prefect: starting its own server on 127.0.0.1 for this run only (its "View at" link ends with the '
+        "run; `vlmforge server` keeps one running)"
+    )
+
+
+def after_run_lines(out: str, run_id: str, api_url: str | None) -> list[str]:
+    """Where to see the run once it has ended: its Data Docs (over http when a ``vlmforge server --docs``
+    serves them) and, after a run with a Prefect server of its own, that its "View at" link died with it."""
+    from .docs_link import docs_line
+
+    lines = [line] if (line := docs_line(out, run_id, api_url)) else []
+    if not api_url:
+        lines.append(
+            'Prefect: the run\'s own server stopped with it, and its "View at" link too; to keep runs '
+            f"to browse, start `vlmforge server --docs {out}` and run with "
+            "PREFECT_API_URL=http://127.0.0.1:4200/api (this run's results stay: "
+            f"`vlmforge quality {out}`)"
+        )
+    return lines
 
 
 def _last_ray_start() -> str | None:

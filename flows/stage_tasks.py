@@ -82,10 +82,11 @@ def publish_task(cfg: RunConfig, subset: str, run_id: str) -> PublishResult:
 
 @task(name="quality-docs", task_run_name="quality docs")
 @returns_freed_memory
-def quality_docs_task(out: str, run_id: str) -> str:
+def quality_docs_task(out: str, run_id: str, served_url: str | None = None) -> str:
     """The run's Data Docs and their Markdown, on a worker that has Great Expectations imported already (the
-    gate's): in the driver, importing it added ~5 s and ~0.2 GB to every run's end."""
-    return publish_quality(OutputLayout(out), run_id, get_run_logger())
+    gate's): in the driver, importing it added ~5 s and ~0.2 GB to every run's end. ``served_url``: the
+    report's http URL when a ``vlmforge server --docs`` serves the output folder."""
+    return publish_quality(OutputLayout(out), run_id, get_run_logger(), served_url)
 
 
 @task(name="validate", task_run_name="validate {subset}")

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import duckdb
@@ -105,14 +105,27 @@ def summary_markdown(summary: RunSummary) -> str:
     return "\n".join(lines) + "\n"
 
 
-def publish_quality(layout: OutputLayout, run_id: str, logger: Any) -> str:
-    """Data Docs of the run and their Markdown summary (for the artifact); never fails the run."""
+def publish_quality(layout: OutputLayout, run_id: str, logger: Any, served_url: str | None = None) -> str:
+    """Data Docs of the run and their Markdown summary (for the artifact), linked over http when a
+    ``vlmforge server --docs`` serves them (``served_url``), else by path with how to serve them; never
+    fails the run."""
     try:
         docs = build_data_docs(layout, run_id)
-        return quality_markdown(load_run(layout, run_id), docs)
+        if served_url:
+            return quality_markdown(load_run(layout, run_id), replace(docs, url=served_url))
+        return (
+            quality_markdown(load_run(layout, run_id), docs)
+            + f"\nTo open them in a browser, {_serve(layout)}\n"
+        )
     except Exception as exc:  # noqa: BLE001 - the gate decided already; the report is a convenience
         logger.warning("quality report not built: %s: %s", type(exc).__name__, exc)
         return f"# Quality gate of run {run_id}\n\nreport not built: {type(exc).__name__}: {exc}\n"
+
+
+def _serve(layout: OutputLayout) -> str:
+    from .docs_link import serve_hint
+
+    return serve_hint(layout.out) if "://" not in layout.out else "copy them to a local disk"
 
 
 def failures_markdown(summary: RunSummary) -> str:

@@ -13,6 +13,7 @@ Modules, each depending only on those above it:
     check.py     the gate of one subset (samples, media, drift)
     shards.py    the shards suite on the staged dataset, run before the swap
     report.py    the results for people: CLI rows, Markdown artifact, the HTML report page
+    doc_assets.py  the pages' stylesheet and images, shared by the runs of an output folder (_assets/)
     docs.py      Data Docs: GX's site made offline, under the report page, and the results index
 """
 

@@ -6,6 +6,10 @@ Layout under ``OUT/quality/<run>/docs/``::
     gx-index.html                   Great Expectations' own site index (needs its CDN scripts)
     validations/...                 Great Expectations' validation pages (remote CSS/JS removed)
 
+The pages' stylesheet and images are not in the run's folder: they are shared by every run of the output
+folder under ``OUT/quality/_assets/<digest>/`` (:mod:`.doc_assets`), referred to relatively, so a run's docs
+open from the disk and over http (``vlmforge server --docs OUT``) alike.
+
 GX renders its site from the recorded results (not from a live validation), so the docs of any past run can
 be rebuilt. The site is built in a temporary folder and installed whole: a reader never sees half of it.
 ``OUT/quality/index.json`` lists every run whose docs were built.
@@ -24,6 +28,7 @@ from typing import Any
 
 from ..manifests import OutputLayout
 from ..storage import is_local
+from .doc_assets import install_assets, share_assets
 from .gate_report import QualityDocs, report_html
 from .gx import quiet_context
 from .results import DOCS, RunQuality, load_run, now, read_json, run_folder, write_json
@@ -68,6 +73,7 @@ def build_data_docs(layout: OutputLayout, run_id: str) -> QualityDocs:
         root = Path(tmp) / DOCS
         root.mkdir()
         pages = _render(root, run)
+        install_assets(layout, share_assets(root))  # before the pages that refer to them
         _install(layout, root, dest)
     run.docs = f"{dest}/index.html"
     _update_index(layout, run)

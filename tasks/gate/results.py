@@ -182,7 +182,7 @@ def list_runs(layout: OutputLayout) -> list[str]:
     runs = []
     for p in layout.fs.ls(layout.quality, detail=False):
         name = p.rstrip("/").rsplit("/", 1)[-1]
-        if name.startswith(".") or not layout.fs.isdir(p):
+        if name.startswith((".", "_")) or not layout.fs.isdir(p):  # _assets: the docs' shared files
             continue
         runs.append((_run_time(layout, p), name))
     return [name for _t, name in sorted(runs)]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from vlmforge.flows.preflight import resolve_model
+from vlmforge.flows.preflight import OVERRIDES_HINT, resolve_model
 from vlmforge.schemas.model_names import preset_for
 from vlmforge.schemas.presets import list_presets
 
@@ -116,6 +116,10 @@ def test_bad_gate_overrides(release: Path, tmp_path: Path) -> None:
     bad.write_text("{not json")
     line = one_error_line(vlmforge("run", str(release), "--out", str(tmp_path), "--gate-overrides", str(bad)))
     assert f"--gate-overrides {bad}: not JSON (line 1, column 2" in line
+    bad.write_text('{"subsets": {"docvqa": {"max_pixels": "x"}}}')
+    line = one_error_line(vlmforge("run", str(release), "--out", str(tmp_path), "--gate-overrides", str(bad)))
+    assert "subsets.docvqa.max_pixels: expected a number or null" in line
+    assert line.endswith(f"; {OVERRIDES_HINT}") and "(expectations/overrides.json)" in OVERRIDES_HINT
 
 
 def test_options_that_contradict(release: Path, tmp_path: Path) -> None:
@@ -127,3 +131,52 @@ def test_options_that_contradict(release: Path, tmp_path: Path) -> None:
         vlmforge("run", str(release), "--out", str(tmp_path), "--min-pixels", "900", "--max-pixels", "800")
     )
     assert "--min-pixels 900 is above --max-pixels 800" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["--trainer", "bridge-qwen3vl"],
+            "--trainer bridge-qwen3vl: unknown trainer (known: bridge-qwen2.5-vl",
+        ),
+        (["--trainer", "bridge-qwen3vl"], "did you mean --trainer bridge-qwen3-vl?"),
+        (["--max-pixels", "abc"], "--max-pixels: input should be a valid integer"),
+        (
+            ["--max-pixels", "-5"],
+            "--max-pixels -5: input should be greater than 0; see `vlmforge run --help`",
+        ),
+        (
+            ["--seq-len", "0", "--fetch-concurrency", "0"],
+            "--fetch-concurrency 0: input should be greater than 0; --seq-len 0",
+        ),
+        (["--shard-size", "1XB"], "--shard-size 1XB: invalid size '1XB'"),
+        (["--video-mode", "bogus"], "--video-mode: 'bogus' is not one of 'keep', 'frames'"),
+        (["--max-pixels-x", "1"], "No such option: --max-pixels-x"),
+        (["--accept-image-format", "zzz"], "--accept-image-format: image format(s) ZZZ unknown to Pillow"),
+    ],
+)
+def test_bad_option_values_are_one_line(
+    release: Path, tmp_path: Path, args: list[str], expected: str
+) -> None:
+    """Values click or the run config refuse: one line through the app's group, exit 2, no box."""
+    from typer.testing import CliRunner
+
+    from vlmforge.flows.cli import app
+
+    done = CliRunner().invoke(app, ["run", str(release), "--out", str(tmp_path / "o"), *args])
+    lines = [line for line in done.output.splitlines() if line.strip()]
+    assert done.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (done.exit_code, lines)
+    assert expected in lines[0] and "╭" not in done.output and "Usage:" not in done.output, lines[0]
+
+
+def test_bad_values_end_the_real_cli_in_one_line(release: Path, tmp_path: Path) -> None:
+    line = one_error_line(vlmforge("run", str(release), "--out", str(tmp_path), "--trainer", "llama"))
+    assert line.startswith("error: --trainer llama: unknown trainer") and "README" in line
+    line = one_error_line(vlmforge("run", str(release), "--out", str(tmp_path), "--max-pixels", "abc"))
+    assert line == (
+        "error: --max-pixels: input should be a valid integer, unable to parse string as an integer; "
+        "see `vlmforge run --help`"
+    )
+    line = one_error_line(vlmforge("run", "--out", str(tmp_path)))
+    assert line == "error: Missing argument 'release'; see `vlmforge run --help`"

@@ -41,6 +41,11 @@ def test_a_piped_run_prints_progress_lines_and_an_80_column_summary(
     assert re.search(r" · batches \d+/\d+ · [\d.,]+ rows/s · [\d.,]+ images/s · ETA ", last[0]), last
     order = [line for line in err if line in ("gate: started", "photo_vqa: gate", "photo_vqa: done")]
     assert order == ["gate: started", "photo_vqa: gate", "photo_vqa: done"], err
+    # the links that outlive the run: its Data Docs (no docs server serves OUT here: the file and how to
+    # serve it); the Prefect server it reported to keeps its page, so no "own server stopped" line
+    docs = [line for line in err if line.startswith("Data Docs: ")]
+    assert len(docs) == 1 and f"serve them over http: vlmforge server --docs {out}" in docs[0], err
+    assert not any(line.startswith("Prefect: the run's own server stopped") for line in err), err
 
     table = done.stdout.splitlines()
     assert all(len(line) <= 80 for line in table), "\n".join(table)

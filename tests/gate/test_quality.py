@@ -168,6 +168,28 @@ def test_data_docs_hold_every_validation_and_open_offline(gated: OutputLayout) -
     assert index_json["runs"][-1]["run_id"] == RUN and index_json["runs"][-1]["failed"] == ["bad_rows"]
 
 
+def test_the_pages_share_one_copy_of_their_assets(gated: OutputLayout) -> None:
+    """The stylesheet and images live once per output folder (``quality/_assets/<digest>/``), referred to
+    relatively from every page; a rebuild writes the same bytes to the same folder, not a copy per run."""
+    quality = Path(gated.quality)
+    docs = quality / RUN / "docs"
+    assert not (docs / "static").exists()
+    assert sum(f.stat().st_size for f in docs.rglob("*") if f.is_file()) < 1_000_000  # was ~4.5 MB
+    folders = list((quality / "_assets").iterdir())
+    assert len(folders) == 1
+    before = {f.relative_to(quality): f.read_bytes() for f in folders[0].rglob("*") if f.is_file()}
+    assert {p.name for p in before} >= {"vlmforge-offline.css", "logo-long.png", "favicon.ico"}
+    for page in docs.rglob("*.html"):
+        for ref in re.findall(r'(?:href|src)="([^"#]*_assets/[^"]+)"', page.read_text()):
+            assert (page.parent / ref).resolve().is_file(), (page, ref)
+            assert (page.parent / ref).resolve().is_relative_to(folders[0]), (page, ref)
+    build_data_docs(gated, RUN)
+    assert list((quality / "_assets").iterdir()) == folders
+    assert list_runs(gated) == [RUN]  # the shared folder is no run
+    after = {f.relative_to(quality): f.read_bytes() for f in folders[0].rglob("*") if f.is_file()}
+    assert after == before
+
+
 def test_the_markdown_summary_links_the_docs_and_names_the_failures(gated: OutputLayout) -> None:
     docs = build_data_docs(gated, RUN)  # rebuilding a run's docs replaces them
     md = quality_markdown(load_run(gated, RUN), docs)

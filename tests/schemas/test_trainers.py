@@ -8,6 +8,7 @@ import typer
 
 from vlmforge.flows.cli import app
 from vlmforge.flows.cli_options import with_trainer
+from vlmforge.flows.preflight import UsageError
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.trainers import TRAINERS
 
@@ -71,5 +72,7 @@ def test_explicit_flags_override_the_trainer() -> None:
 
 
 def test_an_unknown_trainer_is_a_usage_error_naming_the_known_ones() -> None:
-    with pytest.raises(typer.BadParameter, match="unknown trainer 'bridge-llama'; known: bridge-qwen2.5-vl"):
+    with pytest.raises(
+        UsageError, match=r"--trainer bridge-llama: unknown trainer \(known: bridge-qwen2.5-vl"
+    ):
         _applied("--trainer", "bridge-llama")
