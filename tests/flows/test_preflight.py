@@ -127,3 +127,10 @@ def test_options_that_contradict(release: Path, tmp_path: Path) -> None:
         vlmforge("run", str(release), "--out", str(tmp_path), "--min-pixels", "900", "--max-pixels", "800")
     )
     assert "--min-pixels 900 is above --max-pixels 800" in line
+
+
+def test_a_kept_video_with_a_bridge_trainer_is_refused(release: Path, tmp_path: Path) -> None:
+    """Bridge's ChatMLWebdataset reads a video only as frame images (issue 32)."""
+    trainer = ("--trainer", "bridge-qwen3-vl", "--video-mode", "keep")
+    line = one_error_line(vlmforge("run", str(release), "--out", str(tmp_path), *trainer))
+    assert "--video-mode keep with a Bridge trainer" in line and "use --video-mode frames" in line

@@ -17,12 +17,18 @@ from typing import Any
 import pytest
 from bridge_env import BridgeEnvUnavailable, bridge_python, run_in_bridge_env
 
+from vlmforge.schemas.config import RunConfig
+from vlmforge.schemas.trainers import TRAINERS
+from vlmforge.tasks.batch.tokens_step import get_tokenizer
+from vlmforge.tasks.geometry import VideoSpec, geometry_of
 from vlmforge.tasks.ops.query import run_query
+from vlmforge.tasks.tokens import FEED_PATHS
 
 __all__ = [
     "MODELS",
     "check_mismatches",
     "fed_mismatches",
+    "layout_mismatches",
     "limit_between",
     "manifest",
     "probe_runs",
@@ -132,4 +138,43 @@ def check_mismatches(out: Path, probed: Rows) -> list[str]:
         want = _tokens(probe["check_image_grid"]) + _tokens(probe["check_video_grid"])
         if got != want or row[col] != sum(want):
             wrong.append(f"{key}: manifest {got} ({row[col]}), encode_sample {want}")
+    return wrong
+
+
+def layout_mismatches(out: Path, probed: Rows, trainer: str) -> list[str]:
+    """ok samples whose fed sequence, as the trainer's feed path lays it out for ``--seq-len`` truncation
+    (:meth:`~vlmforge.tasks.tokens.FeedPath.layout`, on the published turns and the manifest's media rows),
+    is not Bridge's: its length, the end of its last visual span (its ``<|vision_end|>``) and its first
+    supervised token must sit where ``batch()`` puts them, padded and packed."""
+    cfg = RunConfig(**TRAINERS[trainer], release=str(out), out=str(out))
+    geometry, tokenizer = geometry_of(cfg), get_tokenizer(cfg)
+    feed = FEED_PATHS[cfg.tokens.feed_path]
+    ok, media = manifest(out)
+    wrong = []
+    for key, row in sorted(ok.items()):
+        probe = probed.get(key)
+        if probe is None or probe["status"] != "ok":
+            continue
+        turns = probe["conversation"]
+        messages = json.loads(turns) if isinstance(turns, str | bytes) else turns
+        rows = media.get(key, [])
+        sizes = [(m["out_height"], m["out_width"]) for m in rows if m["kind"] == "image"]
+        videos = [
+            VideoSpec(m["sampled_frames"], m["out_height"], m["out_width"], m["frame_indices"], m["fps"])
+            for m in rows
+            if m["kind"] == "video"
+        ]
+        lay = feed.layout(
+            messages, geometry.preset, tokenizer, sizes, videos, max_pixels=geometry.max_pixels_knob
+        )
+        got = (lay.total, lay.last_visual_end, lay.first_supervised)
+        if lay.total != row["total_tokens"]:
+            wrong.append(f"{key}: layout of {lay.total} tokens, manifest total_tokens {row['total_tokens']}")
+        for path in ("fed", "fed_packed"):
+            fed = probe[path]
+            want = (fed["tokens"], fed["last_visual_end"], fed["first_supervised"])
+            if got != want:
+                wrong.append(
+                    f"{key} {path}: vlmforge (total, last visual end, first supervised) {got}, Bridge {want}"
+                )
     return wrong

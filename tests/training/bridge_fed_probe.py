@@ -8,7 +8,8 @@ or ``qwen3_vl``. Per sample: ``encode_sample``'s decision (``ok`` or ``dropped``
 it skips the sample at ``max_visual_tokens=LIMIT``;
 then ``batch([sample])`` (``qwen2_5_collate_fn``, the padded path) and the same batch with
 ``enable_in_batch_packing=True`` (the packed path): the image / video pad ids in ``input_ids`` per image and
-per video, the grids, and the sequence length each path gives the sample.
+per video, the grids, the sequence length each path gives the sample, and where a cut would fall in it
+(after the last visual span's ``<|vision_end|>``; the first token the assistant loss mask marks).
 
 Bridge's modules come from the installed wheel with its package ``__init__`` files skipped (they import every
 model and, through peft, transformer_engine; the data modules need neither): megatron-core, transformers,
@@ -174,6 +175,15 @@ def fed(enc: Any, sample: Any, merge: int) -> dict[str, Any]:
     vgrid = [] if vi is None or vi.video_grid_thw is None else vi.video_grid_thw.tolist()
     image_runs = runs(ids, enc.image_token_id)
     video_pads = ids.count(enc.video_token_id)
+    # where a cut at sequence_length would fall: after the <|vision_end|> closing the last visual span, and
+    # at the first token the (unshifted) assistant loss mask marks (batch.loss_mask is shifted left by one)
+    pads = [k for k, t in enumerate(ids) if t in (enc.image_token_id, enc.video_token_id)]
+    vision_end = enc.hf_tokenizer.convert_tokens_to_ids("<|vision_end|>")
+    last_visual_end = 0
+    if pads:
+        last_visual_end = pads[-1] + 2 if pads[-1] + 1 < n and ids[pads[-1] + 1] == vision_end else -1
+    marked = [k for k, v in enumerate(batch.loss_mask[0].tolist()[:n]) if v]
+    first_supervised = marked[0] + 1 if marked else None
     per_video = [t * h * w // merge**2 for t, h, w in vgrid]
     assert image_runs == [t * h * w // merge**2 for t, h, w in igrid], (image_runs, igrid)
     assert video_pads == sum(per_video), (video_pads, vgrid)
@@ -184,6 +194,8 @@ def fed(enc: Any, sample: Any, merge: int) -> dict[str, Any]:
         "video_grid": vgrid,
         "tokens": n,
         "pads": sum(image_runs) + video_pads,
+        "last_visual_end": last_visual_end,
+        "first_supervised": first_supervised,
     }
 
 
@@ -206,6 +218,7 @@ def probe(group: int, model: str, tiktoken_file: str, datasets: list[str], limit
         for sample in load(dataset):
             row: dict[str, Any] = {"group": group, "model": model, "key": sample.__key__}
             row["dataset"] = Path(dataset).name
+            row["conversation"] = sample.conversation  # the published turns, as vlmforge wrote them
             norm = normalize_energon_vlm_sample(sample)
             videos = [v[: ENCODER["max_num_frames"]] for v in norm.videos] if norm.videos else None
             row["n_images"] = len(norm.images or [])

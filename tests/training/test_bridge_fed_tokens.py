@@ -22,6 +22,7 @@ from bridge_fed_checks import (
     MODELS,
     check_mismatches,
     fed_mismatches,
+    layout_mismatches,
     limit_between,
     manifest,
     probe_runs,
@@ -89,6 +90,16 @@ def test_visual_and_total_tokens_are_what_batch_feeds(
     assert fed_mismatches(runs[trainer], probed[trainer]) == []
     _, media = manifest(runs[trainer])
     assert any(m["kind"] == "video" for rows in media.values() for m in rows)  # where the paths differ
+
+
+@pytest.mark.parametrize("trainer", list(MODELS))
+def test_truncation_points_are_where_batch_puts_them(
+    trainer: str, runs: dict[str, Path], probed: Probed
+) -> None:
+    """``--seq-len-mode truncate`` decides on the fed sequence's layout: its last visual span's end and its
+    first supervised token are at Bridge's positions in ``input_ids`` (Qwen3's videos: the per-group blocks
+    inside the template's kept wrappers), for every sample, padded and packed."""
+    assert layout_mismatches(runs[trainer], probed[trainer], trainer) == []
 
 
 @pytest.mark.parametrize("trainer", list(MODELS))
