@@ -95,7 +95,7 @@ class TokenStep:
                 sample.media.videos,
                 max_pixels=self.max_pixels,
             )
-        return fit_seq_len(sample.fed, seq_len, mode=mode, layout=layout)
+        return fit_seq_len(sample.fed, seq_len, mode=mode, layout=layout, label_reach=self.feed.label_reach)
 
 
 def _set_visual_tokens(rows: list[MediaRow], checked: SampleTokens, fed: SampleTokens) -> None:

@@ -39,6 +39,8 @@ Messages = Sequence[Mapping[str, Any]]
 class FeedPath(ABC):
     #: store every image at the processor's size, also inside ``[min_pixels, max_pixels]``
     align_images: bool = False
+    #: tokens past a ``--seq-len`` cut that still train as targets (:func:`~.seq_len.fit_seq_len`)
+    label_reach: int = 0
 
     @abstractmethod
     def expand(
@@ -141,6 +143,9 @@ class BridgeCollateFeed(FeedPath):
     template's kept ``<|vision_start|>`` / ``<|vision_end|>``."""
 
     align_images = True
+    # the collate shifts the labels (input_ids[1:]) before pad_or_truncate_sequence_batch cuts them, so the
+    # token right after the cut is still the last position's target
+    label_reach = 1
 
     def expand(
         self,

@@ -6,7 +6,8 @@ sequence length, silently lose visual tokens; PR #3691 only checks that the visu
 
 Here a sample longer than ``seq_len`` is either dropped (``mode="drop"``, the default) or kept for
 truncation (``mode="truncate"``) when the cut falls after the end of its last visual span AND at least one
-supervised (assistant) token stays before the cut; otherwise it is dropped. A drop's reason names the knob.
+supervised (assistant) token stays before the cut (or, where the trainer shifts its labels before it
+cuts, right after it: ``label_reach``); otherwise it is dropped. A drop's reason names the knob.
 
 What "truncate" records: the sample keeps its full record; ``total_tokens`` becomes ``seq_len`` and
 ``text_tokens`` drops by the cut, which is the sequence a loader truncating to ``seq_len`` trains on.
@@ -147,9 +148,12 @@ def fit_seq_len(
     *,
     mode: SeqLenMode = "drop",
     layout: SequenceLayout | None = None,
+    label_reach: int = 0,
 ) -> SeqLenFit:
     """Apply ``--seq-len`` to one counted sample. ``layout`` is needed only when ``mode == "truncate"`` and
-    the sample is too long (see :func:`apply_seq_len`, which computes it only then)."""
+    the sample is too long (see :func:`apply_seq_len`, which computes it only then). ``label_reach``: how
+    many tokens past the cut still train as targets (1 where the trainer shifts its labels before it cuts,
+    as Megatron-Bridge's collate does: the token right after the cut is the last position's target)."""
     text, total = tokens.text_tokens, tokens.total_tokens
     if seq_len is None or total <= seq_len:
         return SeqLenFit("ok", None, text, total)
@@ -170,7 +174,7 @@ def fit_seq_len(
             text,
             total,
         )
-    if layout.first_supervised is None or layout.first_supervised >= seq_len:
+    if layout.first_supervised is None or layout.first_supervised >= seq_len + label_reach:
         where = (
             ""
             if layout.first_supervised is None

@@ -22,12 +22,14 @@ from vlmforge.schemas.trainers import TRAINERS
 from vlmforge.tasks.batch.tokens_step import get_tokenizer
 from vlmforge.tasks.geometry import VideoSpec, geometry_of
 from vlmforge.tasks.ops.query import run_query
-from vlmforge.tasks.tokens import FEED_PATHS
+from vlmforge.tasks.tokens import FEED_PATHS, SampleTokens, fit_seq_len
+from vlmforge.tasks.tokens.seq_len import SequenceLayout
 
 __all__ = [
     "MODELS",
     "check_mismatches",
     "fed_mismatches",
+    "cut_mismatches",
     "layout_mismatches",
     "limit_between",
     "manifest",
@@ -178,3 +180,34 @@ def layout_mismatches(out: Path, probed: Rows, trainer: str) -> list[str]:
                     f"{key} {path}: vlmforge (total, last visual end, first supervised) {got}, Bridge {want}"
                 )
     return wrong
+
+
+def cut_mismatches(out: Path, probed: Rows, trainer: str) -> tuple[list[str], int]:
+    """(ok samples where ``--seq-len-mode truncate`` decides otherwise than Bridge's padded ``batch()``, how
+    many cuts were compared). Bridge's ``seq_length`` is put at the sample's first supervised token and one
+    token before it: at the first, Bridge feeds ``seq_length`` tokens and still trains that token as the last
+    position's target (vlmforge must truncate, to that length); one before, no target is left and
+    ``batch()`` raises (vlmforge must drop). The layout is Bridge's own (:func:`layout_mismatches` shows
+    vlmforge's is the same); cuts through a visual span are left out (vlmforge drops those whatever Bridge
+    does: the pads would no longer match the image's features)."""
+    cfg = RunConfig(**TRAINERS[trainer], release=str(out), out=str(out))
+    feed = FEED_PATHS[cfg.tokens.feed_path]
+    ok, _ = manifest(out)
+    wrong, compared = [], 0
+    for key, row in sorted(ok.items()):
+        probe = probed.get(key)
+        if probe is None or probe["status"] != "ok":
+            continue
+        fed = probe["fed"]
+        lay = SequenceLayout(fed["tokens"], fed["last_visual_end"], fed["first_supervised"])
+        tokens = SampleTokens(row["text_tokens"], row["visual_tokens"], row["total_tokens"], [], [])
+        for length, bridge in (probe.get("cut_at") or {}).items():
+            n = int(length)
+            if n < lay.last_visual_end:
+                continue
+            compared += 1
+            fit = fit_seq_len(tokens, n, mode="truncate", layout=lay, label_reach=feed.label_reach)
+            trains = "raised" not in bridge and bridge["length"] == n and bridge["targets"] > 0
+            if (fit.status == "truncated") != trains or (trains and fit.total_tokens != n):
+                wrong.append(f"{key} at {n}: vlmforge {fit.status} ({fit.reason}), Bridge {bridge}")
+    return wrong, compared

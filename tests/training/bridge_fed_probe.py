@@ -9,7 +9,8 @@ it skips the sample at ``max_visual_tokens=LIMIT``;
 then ``batch([sample])`` (``qwen2_5_collate_fn``, the padded path) and the same batch with
 ``enable_in_batch_packing=True`` (the packed path): the image / video pad ids in ``input_ids`` per image and
 per video, the grids, the sequence length each path gives the sample, and where a cut would fall in it
-(after the last visual span's ``<|vision_end|>``; the first token the assistant loss mask marks).
+(after the last visual span's ``<|vision_end|>``; the first token the assistant loss mask marks), and what
+``batch()`` does when ``seq_length`` cuts the sample at that first supervised token and one token before it.
 
 Bridge's modules come from the installed wheel with its package ``__init__`` files skipped (they import every
 model and, through peft, transformer_engine; the data modules need neither): megatron-core, transformers,
@@ -199,6 +200,17 @@ def fed(enc: Any, sample: Any, merge: int) -> dict[str, Any]:
     }
 
 
+def cut(qe: Any, processor: Any, args: dict[str, Any], sample: Any, length: int) -> dict[str, Any]:
+    """``batch()`` of the sample by an encoder whose sequence length is ``length`` (the padded path): the
+    length it feeds and how many supervised targets survive the cut, or that it raised."""
+    enc = qe.QwenVLTaskEncoder(processor.tokenizer, processor, **(args | {"max_padding_length": length}))
+    try:
+        batch = enc.batch([enc.encode_sample(sample)])
+    except ValueError as exc:
+        return {"raised": str(exc)[:120]}
+    return {"length": int(batch.input_ids.shape[1]), "targets": int(batch.loss_mask.sum())}
+
+
 def probe(group: int, model: str, tiktoken_file: str, datasets: list[str], limit: int | None) -> None:
     from megatron.bridge.data.conversation_processing import normalize_energon_vlm_sample
     from megatron.bridge.models.qwen_vl.data import energon as qe
@@ -240,6 +252,9 @@ def probe(group: int, model: str, tiktoken_file: str, datasets: list[str], limit
             row["status"] = "ok"
             row["fed"] = fed(enc, encoded, 2)
             row["fed_packed"] = fed(packed, packed.encode_sample(sample), 2)
+            first = row["fed"]["first_supervised"]
+            if first is not None and first < row["fed"]["tokens"]:  # a cut at / just before the first target
+                row["cut_at"] = {str(n): cut(qe, processor, args, sample, n) for n in (first, first - 1)}
             if limited is not None:
                 try:
                     limited.encode_sample(sample)
