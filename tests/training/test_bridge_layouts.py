@@ -34,6 +34,7 @@ from bridge_checks import (
 from bridge_fed_checks import (
     MODELS,
     check_mismatches,
+    cut_mismatches,
     fed_mismatches,
     layout_mismatches,
     probe_runs,
@@ -175,12 +176,15 @@ def test_every_layouts_tokens_are_what_bridges_batch_feeds(
 ) -> None:
     """visual_tokens per image / video / sample and total_tokens are the pad ids and sequence Bridge's
     batch() feeds; encode_check_visual_tokens is what its encode_sample checks; the --seq-len truncation
-    points are where batch() puts them; encode_sample keeps every published sample."""
+    points are where batch() puts them and a cut is kept exactly when batch() still trains the sample;
+    encode_sample keeps every published sample."""
     out = layouts_run if trainer == TRAINER else qwen3_layouts_run
     probed = fed_probe[trainer]
     assert fed_mismatches(out, probed) == []
     assert check_mismatches(out, probed) == []
     assert layout_mismatches(out, probed, trainer) == []
+    wrong, compared = cut_mismatches(out, probed, trainer)
+    assert wrong == [] and compared > 0
     ok, media = manifest(out)
     assert len(ok) == sum(n for _, _, n in LAYOUTS.values())
     assert {k for k, r in probed.items() if r["status"] == "ok"} == set(ok)
