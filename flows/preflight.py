@@ -172,10 +172,28 @@ _NEEDS: tuple[tuple[str, Callable[[RunConfig], bool], Callable[[RunConfig], bool
 )
 
 
+# Combinations the trainer cannot consume as counted: (applies, problem, hint).
+_REFUSED: tuple[tuple[Callable[[RunConfig], bool], str, str], ...] = (
+    (
+        # Megatron-Bridge 0.6.2's ChatMLWebdataset decodes a sample's `videos` part only as a pickled list of
+        # frame images (task_encoder_utils.videohandler: jpgs/mp4s/videos all unpickle to JPEG frames), never
+        # a video file; a kept video would reach it only as frames decoded at publish time at the upright
+        # displayed size, which the fed counts (modelled from the stored frames) do not describe.
+        lambda c: c.media.video_mode == "keep" and c.tokens.feed_path == "bridge_collate",
+        "--video-mode keep with a Bridge trainer (--feed-path bridge_collate): Bridge reads a video only "
+        "as a list of frame images, never a video file",
+        "use --video-mode frames (the trainer's default)",
+    ),
+)
+
+
 def _contradictions(cfg: RunConfig) -> None:
     for given, is_given, needs, hint in _NEEDS:
         if is_given(cfg) and not needs(cfg):
             raise UsageError(f"{given} has no effect as given", hint)
+    for applies, problem, hint in _REFUSED:
+        if applies(cfg):
+            raise UsageError(problem, hint)
     t = cfg.tokens
     if t.min_pixels is not None and t.max_pixels is not None and t.min_pixels > t.max_pixels:
         raise UsageError(f"--min-pixels {t.min_pixels} is above --max-pixels {t.max_pixels}", "swap them")

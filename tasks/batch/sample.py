@@ -87,7 +87,7 @@ class SampleSteps:
 
 def _set_tokens(row: SampleRow, counted: CountedSample) -> None:
     """The fed counts (what the trainer's batch path feeds), and the visual tokens its check counted."""
-    tokens = counted.fed.tokens
+    tokens = counted.fed
     row.text_tokens, row.visual_tokens, row.total_tokens = (
         tokens.text_tokens,
         tokens.visual_tokens,

@@ -15,12 +15,12 @@ from ...schemas.rows import MediaRow
 from ..geometry import ModelGeometry, load_preset
 from ..tokens import (
     FEED_PATHS,
-    FedSample,
     SampleTokens,
     SeqLenFit,
     TextTokenizer,
-    apply_seq_len,
     count_sample_tokens,
+    fit_seq_len,
+    needs_layout,
 )
 from .media_step import SampleMedia
 
@@ -45,7 +45,7 @@ class CountedSample:
     record: Record
     media: SampleMedia
     tokens: SampleTokens
-    fed: FedSample
+    fed: SampleTokens
 
     @cached_property
     def fit(self) -> SeqLenFit:
@@ -79,21 +79,23 @@ class TokenStep:
             media.videos,
             max_pixels=self.max_pixels,
         )
-        _set_visual_tokens(media.rows, tokens, fed.tokens)
+        _set_visual_tokens(media.rows, tokens, fed)
         return CountedSample(self, record, media, tokens, fed)
 
     def fit(self, sample: CountedSample) -> SeqLenFit:
-        return apply_seq_len(
-            sample.record.messages,
-            self.preset,
-            self.tokenizer,
-            sample.fed.image_sizes,
-            sample.fed.videos,
-            sample.fed.tokens,
-            seq_len=self.options.seq_len,
-            mode=self.options.seq_len_mode,
-            max_pixels=self.max_pixels,
-        )
+        """``--seq-len`` on the fed sequence; a truncation point is where the feed path puts it."""
+        seq_len, mode = self.options.seq_len, self.options.seq_len_mode
+        layout = None
+        if needs_layout(sample.fed, seq_len, mode):
+            layout = self.feed.layout(
+                sample.record.messages,
+                self.preset,
+                self.tokenizer,
+                sample.media.image_sizes,
+                sample.media.videos,
+                max_pixels=self.max_pixels,
+            )
+        return fit_seq_len(sample.fed, seq_len, mode=mode, layout=layout, label_reach=self.feed.label_reach)
 
 
 def _set_visual_tokens(rows: list[MediaRow], checked: SampleTokens, fed: SampleTokens) -> None:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from .families import family_of
 from .families.model_family import ExpandedText, VideoSpec
-from .families.qwen import VIDEO_PAD, VIDEO_PLACEHOLDER
+from .families.qwen import VIDEO_PAD, VIDEO_PLACEHOLDER, visual_spans
 from .families.qwen_video import qvu_smart_resize, timestamp_text, video_timestamps
 from .frame_sampling import np_linspace_round
 from .media_tokens import image_tokens, sample_video_frames, video_tokens
@@ -28,4 +28,5 @@ __all__ = [
     "timestamp_text",
     "video_timestamps",
     "video_tokens",
+    "visual_spans",
 ]

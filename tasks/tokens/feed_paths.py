@@ -11,6 +11,10 @@ the double resize no longer moves an image to another grid. Videos cannot be wri
 processor samples the frames again (to ``max(n / 12, 4)`` of them) whatever vlmforge stores, and the frames'
 size goes through the collate's own resizes, so the fed counts are modelled.
 
+A path says what it feeds as one text with a pad per visual span (:meth:`FeedPath.expand`): the counts
+and the ``--seq-len`` truncation points (:meth:`FeedPath.layout`: where the last visual span ends and the
+first supervised token sits) are both read off that text, so they describe the same sequence.
+
 Paths are found by name in :data:`FEED_PATHS` (``TokenOptions.feed_path``).
 """
 
@@ -18,73 +22,103 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ...schemas.presets import ModelPreset
-from ..geometry import VideoSpec
-from .bridge_fed import (
-    FED_VIDEO,
-    FedGeometry,
-    collate_image_size,
-    expand_qwen3_videos,
-    fed_image,
-    media_first,
-)
-from .count import SampleTokens, count_sample_tokens
+from ..geometry import ExpandedText, VideoSpec, visual_spans
+from .bridge_fed import FED_VIDEO, FedGeometry, expand_qwen3_videos, fed_image, media_first
+from .count import SampleTokens, expand_sample
+from .seq_len import SequenceLayout, layout_of
 from .text import TextTokenizer, render_chat
 
-__all__ = ["FEED_PATHS", "BridgeCollateFeed", "FedSample", "FeedPath", "ProcessorFeed", "geometry_of"]
+__all__ = ["FEED_PATHS", "BridgeCollateFeed", "FeedPath", "ProcessorFeed", "fed_geometry"]
 
-
-@dataclass(frozen=True)
-class FedSample:
-    """A sample as fed: its counts, and the image sizes / video specs that lay its sequence out (for
-    ``--seq-len``'s truncation point)."""
-
-    tokens: SampleTokens
-    image_sizes: list[tuple[int, int]]
-    videos: list[VideoSpec]
+Messages = Sequence[Mapping[str, Any]]
 
 
 class FeedPath(ABC):
     #: store every image at the processor's size, also inside ``[min_pixels, max_pixels]``
     align_images: bool = False
+    #: tokens past a ``--seq-len`` cut that still train as targets (:func:`~.seq_len.fit_seq_len`)
+    label_reach: int = 0
 
     @abstractmethod
+    def expand(
+        self,
+        messages: Messages,
+        preset: ModelPreset,
+        image_sizes: Sequence[tuple[int, int]],
+        videos: Sequence[VideoSpec],
+        *,
+        max_pixels: int | None,
+    ) -> ExpandedText:
+        """The sequence this path feeds for the sample, as text with one pad per visual span (and the spans'
+        offsets). Arguments as :func:`~.count.count_sample_tokens` (``preset.min_pixels`` is the run's)."""
+
     def fed(
         self,
         checked: SampleTokens,
-        messages: Sequence[Mapping[str, Any]],
+        messages: Messages,
         preset: ModelPreset,
         tokenizer: TextTokenizer,
         image_sizes: Sequence[tuple[int, int]],
         videos: Sequence[VideoSpec],
         *,
         max_pixels: int | None,
-    ) -> FedSample:
-        """The fed counts of a sample whose checked counts are ``checked`` (same arguments as
-        :func:`~.count.count_sample_tokens`; ``preset.min_pixels`` is the run's)."""
+    ) -> SampleTokens:
+        """The fed counts of a sample whose checked counts are ``checked``."""
+        exp = self.expand(messages, preset, image_sizes, videos, max_pixels=max_pixels)
+        text = tokenizer.count(exp.text) - exp.pads
+        visual = exp.visual_tokens
+        return SampleTokens(text, visual, text + visual, exp.per_image, exp.per_video)
+
+    def layout(
+        self,
+        messages: Messages,
+        preset: ModelPreset,
+        tokenizer: TextTokenizer,
+        image_sizes: Sequence[tuple[int, int]],
+        videos: Sequence[VideoSpec],
+        *,
+        max_pixels: int | None,
+    ) -> SequenceLayout:
+        """Where the fed sequence's last visual span ends and its first supervised token sits."""
+
+        def expand(msgs: Messages) -> ExpandedText:
+            return self.expand(msgs, preset, image_sizes, videos, max_pixels=max_pixels)
+
+        return layout_of(expand, messages, tokenizer)
 
 
 class ProcessorFeed(FeedPath):
     """The processor on the stored pixels is what is fed: the checked counts."""
 
+    def expand(
+        self,
+        messages: Messages,
+        preset: ModelPreset,
+        image_sizes: Sequence[tuple[int, int]],
+        videos: Sequence[VideoSpec],
+        *,
+        max_pixels: int | None,
+    ) -> ExpandedText:
+        return expand_sample(messages, preset, image_sizes, videos, max_pixels=max_pixels)
+
     def fed(
         self,
         checked: SampleTokens,
-        messages: Sequence[Mapping[str, Any]],
+        messages: Messages,
         preset: ModelPreset,
         tokenizer: TextTokenizer,
         image_sizes: Sequence[tuple[int, int]],
         videos: Sequence[VideoSpec],
         *,
         max_pixels: int | None,
-    ) -> FedSample:
-        return FedSample(checked, list(image_sizes), list(videos))
+    ) -> SampleTokens:
+        return checked  # the same text, counted once
 
 
-def geometry_of(preset: ModelPreset, max_pixels: int | None) -> FedGeometry:
+def fed_geometry(preset: ModelPreset, max_pixels: int | None) -> FedGeometry:
     """The fed path's numbers from a Qwen preset (``min_pixels`` as the run set it) and ``--max-pixels``."""
     if preset.video_min_pixels is None or preset.video_max_pixels is None:
         raise ValueError(f"preset {preset.name!r} has no video bounds: not a Qwen-VL model")
@@ -104,44 +138,42 @@ def geometry_of(preset: ModelPreset, max_pixels: int | None) -> FedGeometry:
 
 class BridgeCollateFeed(FeedPath):
     """Megatron-Bridge 0.6.2's ``QwenVLTaskEncoder.batch()`` (``qwen2_5_collate_fn``), in its padded and its
-    in-batch packed form alike (both call the processor the same way per sample)."""
+    in-batch packed form alike (both call the processor the same way per sample): every turn's media first,
+    images and videos as :mod:`.bridge_fed` models them, Qwen3's per-group video blocks inside the
+    template's kept ``<|vision_start|>`` / ``<|vision_end|>``."""
 
     align_images = True
+    # the collate shifts the labels (input_ids[1:]) before pad_or_truncate_sequence_batch cuts them, so the
+    # token right after the cut is still the last position's target
+    label_reach = 1
 
-    def fed(
+    def expand(
         self,
-        checked: SampleTokens,
-        messages: Sequence[Mapping[str, Any]],
+        messages: Messages,
         preset: ModelPreset,
-        tokenizer: TextTokenizer,
         image_sizes: Sequence[tuple[int, int]],
         videos: Sequence[VideoSpec],
         *,
         max_pixels: int | None,
-    ) -> FedSample:
-        geo = geometry_of(preset, max_pixels)
+    ) -> ExpandedText:
+        geo = fed_geometry(preset, max_pixels)
         per_image = [fed_image(geo, h, w)[0] for h, w in image_sizes]
         video_of = FED_VIDEO[preset.video_sampler]
         fed_videos = [video_of(geo, v.n_sampled_frames, v.height, v.width) for v in videos]
-        sizes = [collate_image_size(h, w) for h, w in image_sizes]
-        specs = [
-            VideoSpec(f.frames, f.height, f.width, indices=f.indices, video_fps=f.fps or v.video_fps)
-            for f, v in zip(fed_videos, videos, strict=True)
-        ]
-        first = media_first(messages)
-        text = checked.text_tokens
-        if preset.timestamps and videos:  # Qwen3: the frames sampled again, the template's wrappers kept
-            rendered, n_img, _ = render_chat(first, preset)
-            expanded, video_pads = expand_qwen3_videos(rendered, fed_videos, preset.temporal_patch_size)
-            text = tokenizer.count(expanded) - n_img - video_pads
-        elif [m.get("content") for m in first] != [m.get("content") for m in messages]:  # media moved first
-            text = count_sample_tokens(
-                first, preset, tokenizer, sizes, specs, max_pixels=max_pixels
-            ).text_tokens
-        per_video = [f.tokens for f in fed_videos]
-        visual = sum(per_image) + sum(per_video)
-        tokens = SampleTokens(text, visual, text + visual, per_image, per_video)
-        return FedSample(tokens, sizes, specs)
+        text, n_img, n_vid = render_chat(media_first(messages), preset)
+        if (n_img, n_vid) != (len(image_sizes), len(videos)):
+            raise ValueError(
+                f"sample has {n_img} image and {n_vid} video part(s) but {len(image_sizes)} image size(s) "
+                f"and {len(videos)} video spec(s)"
+            )
+        if preset.timestamps:  # Qwen3: one block per temporal group of the frames sampled again
+            text, _ = expand_qwen3_videos(text, fed_videos, preset.temporal_patch_size)
+            groups = [[f.tokens // f.grid_t] * f.grid_t for f in fed_videos]
+        else:
+            groups = [[f.tokens] for f in fed_videos]
+        ends, toks = visual_spans(text, per_image, groups)
+        pads = len(per_image) + sum(len(g) for g in groups)
+        return ExpandedText(text, pads, per_image, [f.tokens for f in fed_videos], ends, toks)
 
 
 FEED_PATHS: dict[str, FeedPath] = {"processor": ProcessorFeed(), "bridge_collate": BridgeCollateFeed()}

@@ -6,7 +6,8 @@ sequence length, silently lose visual tokens; PR #3691 only checks that the visu
 
 Here a sample longer than ``seq_len`` is either dropped (``mode="drop"``, the default) or kept for
 truncation (``mode="truncate"``) when the cut falls after the end of its last visual span AND at least one
-supervised (assistant) token stays before the cut; otherwise it is dropped. A drop's reason names the knob.
+supervised (assistant) token stays before the cut (or, where the trainer shifts its labels before it
+cuts, right after it: ``label_reach``); otherwise it is dropped. A drop's reason names the knob.
 
 What "truncate" records: the sample keeps its full record; ``total_tokens`` becomes ``seq_len`` and
 ``text_tokens`` drops by the cut, which is the sequence a loader truncating to ``seq_len`` trains on.
@@ -14,7 +15,7 @@ What "truncate" records: the sample keeps its full record; ``total_tokens`` beco
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -24,7 +25,16 @@ from ..geometry import ExpandedText, VideoSpec
 from .count import SampleTokens, expand_sample
 from .text import TextTokenizer
 
-__all__ = ["SeqLenFit", "SeqLenMode", "SequenceLayout", "apply_seq_len", "fit_seq_len", "sequence_layout"]
+__all__ = [
+    "SeqLenFit",
+    "SeqLenMode",
+    "SequenceLayout",
+    "apply_seq_len",
+    "fit_seq_len",
+    "layout_of",
+    "needs_layout",
+    "sequence_layout",
+]
 
 SeqLenMode = Literal["drop", "truncate"]
 
@@ -87,6 +97,29 @@ def _with_marker(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]] 
     return out if marked else None
 
 
+def layout_of(
+    expand: Callable[[Sequence[Mapping[str, Any]]], ExpandedText],
+    messages: Sequence[Mapping[str, Any]],
+    tokenizer: TextTokenizer,
+) -> SequenceLayout:
+    """Token positions of the end of the last visual span and of the first supervised token of the sequence
+    ``expand`` makes of ``messages`` (the fed sequence of a feed path, or the processor's).
+
+    Visual spans end in a special token (``<|vision_end|>``, ``</img>``, ``<image>``), so the prefix up to the
+    last one tokenizes exactly as it does inside the whole sequence."""
+    exp = expand(messages)
+    total = tokenizer.count(exp.text) - exp.pads + exp.visual_tokens
+    last_visual_end = _tokens_before(exp, tokenizer, exp.span_ends[-1]) if exp.span_ends else 0
+    first_supervised: int | None = None
+    marked = _with_marker(messages)
+    if marked is not None:
+        mexp = expand(marked)
+        at = mexp.text.find(_MARK)
+        if at >= 0 and mexp.text.replace(_MARK, "", 1) == exp.text:
+            first_supervised = _tokens_before(exp, tokenizer, at)
+    return SequenceLayout(total=total, last_visual_end=last_visual_end, first_supervised=first_supervised)
+
+
 def sequence_layout(
     messages: Sequence[Mapping[str, Any]],
     preset: ModelPreset,
@@ -96,21 +129,17 @@ def sequence_layout(
     *,
     max_pixels: int | None = None,
 ) -> SequenceLayout:
-    """Token positions of the end of the last visual span and of the first supervised token of a sample.
+    """:func:`layout_of` the processor's sequence (:func:`~.count.expand_sample`)."""
 
-    Visual spans end in a special token (``<|vision_end|>``, ``</img>``, ``<image>``), so the prefix up to the
-    last one tokenizes exactly as it does inside the whole sequence."""
-    exp = expand_sample(messages, preset, image_sizes, videos, max_pixels=max_pixels)
-    total = tokenizer.count(exp.text) - exp.pads + exp.visual_tokens
-    last_visual_end = _tokens_before(exp, tokenizer, exp.span_ends[-1]) if exp.span_ends else 0
-    first_supervised: int | None = None
-    marked = _with_marker(messages)
-    if marked is not None:
-        mexp = expand_sample(marked, preset, image_sizes, videos, max_pixels=max_pixels)
-        at = mexp.text.find(_MARK)
-        if at >= 0 and mexp.text.replace(_MARK, "", 1) == exp.text:
-            first_supervised = _tokens_before(exp, tokenizer, at)
-    return SequenceLayout(total=total, last_visual_end=last_visual_end, first_supervised=first_supervised)
+    def expand(msgs: Sequence[Mapping[str, Any]]) -> ExpandedText:
+        return expand_sample(msgs, preset, image_sizes, videos, max_pixels=max_pixels)
+
+    return layout_of(expand, messages, tokenizer)
+
+
+def needs_layout(tokens: SampleTokens, seq_len: int | None, mode: SeqLenMode) -> bool:
+    """Whether :func:`fit_seq_len` needs the sample's layout (a too-long sample in truncate mode)."""
+    return mode == "truncate" and seq_len is not None and tokens.total_tokens > seq_len
 
 
 def fit_seq_len(
@@ -119,9 +148,12 @@ def fit_seq_len(
     *,
     mode: SeqLenMode = "drop",
     layout: SequenceLayout | None = None,
+    label_reach: int = 0,
 ) -> SeqLenFit:
     """Apply ``--seq-len`` to one counted sample. ``layout`` is needed only when ``mode == "truncate"`` and
-    the sample is too long (see :func:`apply_seq_len`, which computes it only then)."""
+    the sample is too long (see :func:`apply_seq_len`, which computes it only then). ``label_reach``: how
+    many tokens past the cut still train as targets (1 where the trainer shifts its labels before it cuts,
+    as Megatron-Bridge's collate does: the token right after the cut is the last position's target)."""
     text, total = tokens.text_tokens, tokens.total_tokens
     if seq_len is None or total <= seq_len:
         return SeqLenFit("ok", None, text, total)
@@ -142,7 +174,7 @@ def fit_seq_len(
             text,
             total,
         )
-    if layout.first_supervised is None or layout.first_supervised >= seq_len:
+    if layout.first_supervised is None or layout.first_supervised >= seq_len + label_reach:
         where = (
             ""
             if layout.first_supervised is None
@@ -173,6 +205,6 @@ def apply_seq_len(
     """:func:`fit_seq_len` with the layout computed only for a too-long sample in truncate mode (the same
     arguments as :func:`~vlmforge.tasks.tokens.count.count_sample_tokens`, plus its result)."""
     layout = None
-    if mode == "truncate" and seq_len is not None and tokens.total_tokens > seq_len:
+    if needs_layout(tokens, seq_len, mode):
         layout = sequence_layout(messages, preset, tokenizer, image_sizes, videos, max_pixels=max_pixels)
     return fit_seq_len(tokens, seq_len, mode=mode, layout=layout)

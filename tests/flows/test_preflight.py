@@ -180,3 +180,10 @@ def test_bad_values_end_the_real_cli_in_one_line(release: Path, tmp_path: Path) 
     )
     line = one_error_line(vlmforge("run", "--out", str(tmp_path)))
     assert line == "error: Missing argument 'release'; see `vlmforge run --help`"
+
+
+def test_a_kept_video_with_a_bridge_trainer_is_refused(release: Path, tmp_path: Path) -> None:
+    """Bridge's ChatMLWebdataset reads a video only as frame images (issue 32)."""
+    trainer = ("--trainer", "bridge-qwen3-vl", "--video-mode", "keep")
+    line = one_error_line(vlmforge("run", str(release), "--out", str(tmp_path), *trainer))
+    assert "--video-mode keep with a Bridge trainer" in line and "use --video-mode frames" in line

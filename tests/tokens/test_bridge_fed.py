@@ -10,14 +10,14 @@ import pytest
 from vlmforge.tasks.geometry.preset_loading import load_preset
 from vlmforge.tasks.geometry.resize_rule import smart_resize
 from vlmforge.tasks.tokens.bridge_fed import FED_VIDEO, FedGeometry, fed_image, media_first
-from vlmforge.tasks.tokens.feed_paths import geometry_of
+from vlmforge.tasks.tokens.feed_paths import fed_geometry
 
 MIN_PIXELS, MAX_PIXELS = 200_704, 1_003_520
 
 
 def _geometry(model: str) -> FedGeometry:
     preset = load_preset(model).model_copy(update={"min_pixels": MIN_PIXELS})
-    return geometry_of(preset, MAX_PIXELS)
+    return fed_geometry(preset, MAX_PIXELS)
 
 
 @pytest.mark.parametrize(

@@ -739,6 +739,13 @@ def test_seq_len_drop_and_truncate(q25: ModelPreset, qwen_tok: TextTokenizer) ->
     no_answer = fit(lay.first_supervised)
     assert no_answer.status == "dropped" and no_answer.reason is not None
     assert no_answer.reason.startswith("seq_len:") and "no supervised token" in no_answer.reason
+    # a trainer that shifts its labels before it cuts (Bridge) still trains the token right after the cut
+    from vlmforge.tasks.tokens.seq_len import fit_seq_len
+
+    reach = fit_seq_len(tokens, lay.first_supervised, mode="truncate", layout=lay, label_reach=1)
+    assert reach.status == "truncated" and reach.total_tokens == lay.first_supervised
+    gone = fit_seq_len(tokens, lay.first_supervised - 1, mode="truncate", layout=lay, label_reach=1)
+    assert gone.status == "dropped"
     visual_cut = fit(lay.last_visual_end - 1)
     assert visual_cut.status == "dropped" and visual_cut.reason is not None
     assert visual_cut.reason.startswith("seq_len:") and "last visual span" in visual_cut.reason

@@ -17,12 +17,20 @@ from typing import Any
 import pytest
 from bridge_env import BridgeEnvUnavailable, bridge_python, run_in_bridge_env
 
+from vlmforge.schemas.config import RunConfig
+from vlmforge.schemas.trainers import TRAINERS
+from vlmforge.tasks.batch.tokens_step import get_tokenizer
+from vlmforge.tasks.geometry import VideoSpec, geometry_of
 from vlmforge.tasks.ops.query import run_query
+from vlmforge.tasks.tokens import FEED_PATHS, SampleTokens, fit_seq_len
+from vlmforge.tasks.tokens.seq_len import SequenceLayout
 
 __all__ = [
     "MODELS",
     "check_mismatches",
     "fed_mismatches",
+    "cut_mismatches",
+    "layout_mismatches",
     "limit_between",
     "manifest",
     "probe_runs",
@@ -133,3 +141,73 @@ def check_mismatches(out: Path, probed: Rows) -> list[str]:
         if got != want or row[col] != sum(want):
             wrong.append(f"{key}: manifest {got} ({row[col]}), encode_sample {want}")
     return wrong
+
+
+def layout_mismatches(out: Path, probed: Rows, trainer: str) -> list[str]:
+    """ok samples whose fed sequence, as the trainer's feed path lays it out for ``--seq-len`` truncation
+    (:meth:`~vlmforge.tasks.tokens.FeedPath.layout`, on the published turns and the manifest's media rows),
+    is not Bridge's: its length, the end of its last visual span (its ``<|vision_end|>``) and its first
+    supervised token must sit where ``batch()`` puts them, padded and packed."""
+    cfg = RunConfig(**TRAINERS[trainer], release=str(out), out=str(out))
+    geometry, tokenizer = geometry_of(cfg), get_tokenizer(cfg)
+    feed = FEED_PATHS[cfg.tokens.feed_path]
+    ok, media = manifest(out)
+    wrong = []
+    for key, row in sorted(ok.items()):
+        probe = probed.get(key)
+        if probe is None or probe["status"] != "ok":
+            continue
+        turns = probe["conversation"]
+        messages = json.loads(turns) if isinstance(turns, str | bytes) else turns
+        rows = media.get(key, [])
+        sizes = [(m["out_height"], m["out_width"]) for m in rows if m["kind"] == "image"]
+        videos = [
+            VideoSpec(m["sampled_frames"], m["out_height"], m["out_width"], m["frame_indices"], m["fps"])
+            for m in rows
+            if m["kind"] == "video"
+        ]
+        lay = feed.layout(
+            messages, geometry.preset, tokenizer, sizes, videos, max_pixels=geometry.max_pixels_knob
+        )
+        got = (lay.total, lay.last_visual_end, lay.first_supervised)
+        if lay.total != row["total_tokens"]:
+            wrong.append(f"{key}: layout of {lay.total} tokens, manifest total_tokens {row['total_tokens']}")
+        for path in ("fed", "fed_packed"):
+            fed = probe[path]
+            want = (fed["tokens"], fed["last_visual_end"], fed["first_supervised"])
+            if got != want:
+                wrong.append(
+                    f"{key} {path}: vlmforge (total, last visual end, first supervised) {got}, Bridge {want}"
+                )
+    return wrong
+
+
+def cut_mismatches(out: Path, probed: Rows, trainer: str) -> tuple[list[str], int]:
+    """(ok samples where ``--seq-len-mode truncate`` decides otherwise than Bridge's padded ``batch()``, how
+    many cuts were compared). Bridge's ``seq_length`` is put at the sample's first supervised token and one
+    token before it: at the first, Bridge feeds ``seq_length`` tokens and still trains that token as the last
+    position's target (vlmforge must truncate, to that length); one before, no target is left and
+    ``batch()`` raises (vlmforge must drop). The layout is Bridge's own (:func:`layout_mismatches` shows
+    vlmforge's is the same); cuts through a visual span are left out (vlmforge drops those whatever Bridge
+    does: the pads would no longer match the image's features)."""
+    cfg = RunConfig(**TRAINERS[trainer], release=str(out), out=str(out))
+    feed = FEED_PATHS[cfg.tokens.feed_path]
+    ok, _ = manifest(out)
+    wrong, compared = [], 0
+    for key, row in sorted(ok.items()):
+        probe = probed.get(key)
+        if probe is None or probe["status"] != "ok":
+            continue
+        fed = probe["fed"]
+        lay = SequenceLayout(fed["tokens"], fed["last_visual_end"], fed["first_supervised"])
+        tokens = SampleTokens(row["text_tokens"], row["visual_tokens"], row["total_tokens"], [], [])
+        for length, bridge in (probe.get("cut_at") or {}).items():
+            n = int(length)
+            if n < lay.last_visual_end:
+                continue
+            compared += 1
+            fit = fit_seq_len(tokens, n, mode="truncate", layout=lay, label_reach=feed.label_reach)
+            trains = "raised" not in bridge and bridge["length"] == n and bridge["targets"] > 0
+            if (fit.status == "truncated") != trains or (trains and fit.total_tokens != n):
+                wrong.append(f"{key} at {n}: vlmforge {fit.status} ({fit.reason}), Bridge {bridge}")
+    return wrong, compared

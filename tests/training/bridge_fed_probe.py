@@ -8,7 +8,9 @@ or ``qwen3_vl``. Per sample: ``encode_sample``'s decision (``ok`` or ``dropped``
 it skips the sample at ``max_visual_tokens=LIMIT``;
 then ``batch([sample])`` (``qwen2_5_collate_fn``, the padded path) and the same batch with
 ``enable_in_batch_packing=True`` (the packed path): the image / video pad ids in ``input_ids`` per image and
-per video, the grids, and the sequence length each path gives the sample.
+per video, the grids, the sequence length each path gives the sample, and where a cut would fall in it
+(after the last visual span's ``<|vision_end|>``; the first token the assistant loss mask marks), and what
+``batch()`` does when ``seq_length`` cuts the sample at that first supervised token and one token before it.
 
 Bridge's modules come from the installed wheel with its package ``__init__`` files skipped (they import every
 model and, through peft, transformer_engine; the data modules need neither): megatron-core, transformers,
@@ -174,6 +176,15 @@ def fed(enc: Any, sample: Any, merge: int) -> dict[str, Any]:
     vgrid = [] if vi is None or vi.video_grid_thw is None else vi.video_grid_thw.tolist()
     image_runs = runs(ids, enc.image_token_id)
     video_pads = ids.count(enc.video_token_id)
+    # where a cut at sequence_length would fall: after the <|vision_end|> closing the last visual span, and
+    # at the first token the (unshifted) assistant loss mask marks (batch.loss_mask is shifted left by one)
+    pads = [k for k, t in enumerate(ids) if t in (enc.image_token_id, enc.video_token_id)]
+    vision_end = enc.hf_tokenizer.convert_tokens_to_ids("<|vision_end|>")
+    last_visual_end = 0
+    if pads:
+        last_visual_end = pads[-1] + 2 if pads[-1] + 1 < n and ids[pads[-1] + 1] == vision_end else -1
+    marked = [k for k, v in enumerate(batch.loss_mask[0].tolist()[:n]) if v]
+    first_supervised = marked[0] + 1 if marked else None
     per_video = [t * h * w // merge**2 for t, h, w in vgrid]
     assert image_runs == [t * h * w // merge**2 for t, h, w in igrid], (image_runs, igrid)
     assert video_pads == sum(per_video), (video_pads, vgrid)
@@ -184,7 +195,20 @@ def fed(enc: Any, sample: Any, merge: int) -> dict[str, Any]:
         "video_grid": vgrid,
         "tokens": n,
         "pads": sum(image_runs) + video_pads,
+        "last_visual_end": last_visual_end,
+        "first_supervised": first_supervised,
     }
+
+
+def cut(qe: Any, processor: Any, args: dict[str, Any], sample: Any, length: int) -> dict[str, Any]:
+    """``batch()`` of the sample by an encoder whose sequence length is ``length`` (the padded path): the
+    length it feeds and how many supervised targets survive the cut, or that it raised."""
+    enc = qe.QwenVLTaskEncoder(processor.tokenizer, processor, **(args | {"max_padding_length": length}))
+    try:
+        batch = enc.batch([enc.encode_sample(sample)])
+    except ValueError as exc:
+        return {"raised": str(exc)[:120]}
+    return {"length": int(batch.input_ids.shape[1]), "targets": int(batch.loss_mask.sum())}
 
 
 def probe(group: int, model: str, tiktoken_file: str, datasets: list[str], limit: int | None) -> None:
@@ -206,6 +230,7 @@ def probe(group: int, model: str, tiktoken_file: str, datasets: list[str], limit
         for sample in load(dataset):
             row: dict[str, Any] = {"group": group, "model": model, "key": sample.__key__}
             row["dataset"] = Path(dataset).name
+            row["conversation"] = sample.conversation  # the published turns, as vlmforge wrote them
             norm = normalize_energon_vlm_sample(sample)
             videos = [v[: ENCODER["max_num_frames"]] for v in norm.videos] if norm.videos else None
             row["n_images"] = len(norm.images or [])
@@ -227,6 +252,9 @@ def probe(group: int, model: str, tiktoken_file: str, datasets: list[str], limit
             row["status"] = "ok"
             row["fed"] = fed(enc, encoded, 2)
             row["fed_packed"] = fed(packed, packed.encode_sample(sample), 2)
+            first = row["fed"]["first_supervised"]
+            if first is not None and first < row["fed"]["tokens"]:  # a cut at / just before the first target
+                row["cut_at"] = {str(n): cut(qe, processor, args, sample, n) for n in (first, first - 1)}
             if limited is not None:
                 try:
                     limited.encode_sample(sample)

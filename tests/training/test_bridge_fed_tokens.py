@@ -21,7 +21,9 @@ import pytest
 from bridge_fed_checks import (
     MODELS,
     check_mismatches,
+    cut_mismatches,
     fed_mismatches,
+    layout_mismatches,
     limit_between,
     manifest,
     probe_runs,
@@ -89,6 +91,27 @@ def test_visual_and_total_tokens_are_what_batch_feeds(
     assert fed_mismatches(runs[trainer], probed[trainer]) == []
     _, media = manifest(runs[trainer])
     assert any(m["kind"] == "video" for rows in media.values() for m in rows)  # where the paths differ
+
+
+@pytest.mark.parametrize("trainer", list(MODELS))
+def test_truncation_points_are_where_batch_puts_them(
+    trainer: str, runs: dict[str, Path], probed: Probed
+) -> None:
+    """``--seq-len-mode truncate`` decides on the fed sequence's layout: its last visual span's end and its
+    first supervised token are at Bridge's positions in ``input_ids`` (Qwen3's videos: the per-group blocks
+    inside the template's kept wrappers), for every sample, padded and packed."""
+    assert layout_mismatches(runs[trainer], probed[trainer], trainer) == []
+
+
+@pytest.mark.parametrize("trainer", list(MODELS))
+def test_truncation_keeps_exactly_what_batch_still_trains(
+    trainer: str, runs: dict[str, Path], probed: Probed
+) -> None:
+    """With seq_length at a sample's first supervised token Bridge still trains it (the labels are shifted
+    before the cut): vlmforge truncates to that length; one token earlier batch() raises: vlmforge drops."""
+    wrong, compared = cut_mismatches(runs[trainer], probed[trainer], trainer)
+    assert wrong == []
+    assert compared >= 30  # both edges of (nearly) every ok sample
 
 
 @pytest.mark.parametrize("trainer", list(MODELS))

@@ -9,7 +9,9 @@ run`` takes one ``--format`` per run, so the module makes three runs and checks 
 Every ok sample is then read through the real Bridge wheel's ``ChatMLWebdataset`` (:mod:`bridge_checks`): it
 loads as a ``ChatMLSample``, cooks with ``cook_chatml_sample``, has as many image/video parts as decoded
 images/videos, decodes upright at the manifest's size, and its visual tokens equal the Qwen encoder's count on
-the loaded pixels.
+the loaded pixels. The same replicas are also run with ``--trainer bridge-qwen3-vl``; for both trainers,
+Bridge's real ``QwenVLTaskEncoder`` (``encode_sample`` and ``batch()``, :mod:`bridge_fed_checks`) reads every
+published sample, and the manifests' fed and checked token counts must be its own (issue 32).
 """
 
 from __future__ import annotations
@@ -29,7 +31,15 @@ from bridge_checks import (
     manifest,
     token_mismatches,
 )
-from bridge_fed_checks import check_mismatches, fed_mismatches, probe_runs, require_bridge_env
+from bridge_fed_checks import (
+    MODELS,
+    check_mismatches,
+    cut_mismatches,
+    fed_mismatches,
+    layout_mismatches,
+    probe_runs,
+    require_bridge_env,
+)
 from bridge_wheel import BridgeData
 from conftest import run_flow
 
@@ -45,6 +55,7 @@ from test_sources import LLAVA_CONFIG, build_infovqa, build_llava_video, build_m
 pytestmark = pytest.mark.slow
 
 TRAINER = "bridge-qwen2.5-vl"
+QWEN3_TRAINER = "bridge-qwen3-vl"
 # --format -> (--config, the subset it publishes, its ok samples: see the builders; Mantis' 12-image row is
 # dropped by the trainer's --max-num-images 10, as Bridge's encoder skips it)
 LAYOUTS = {
@@ -61,21 +72,12 @@ def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeData]:
         yield data
 
 
-@pytest.fixture(scope="module")
-def layouts_run(
-    bridge: BridgeData, prefect_harness: None, local_ray: None, tmp_path_factory: pytest.TempPathFactory
-) -> Path:
-    """Each layout's replica staged and run with ``--trainer bridge-qwen2.5-vl`` into one output folder."""
-    base = tmp_path_factory.mktemp("bridge-layouts")
-    releases = {
-        "mantis": build_mantis(base / "Mantis-Instruct"),
-        "infovqa": build_infovqa(base / "InfoVQA"),
-        "llava_video": build_llava_video(base / "LLaVA-Video-178K", base / "videos"),
-    }
-    out = base / "out"
+def _run_layouts(trainer: str, base: Path, releases: dict[str, Path]) -> Path:
+    """Each layout's replica run with ``--trainer TRAINER`` into one output folder."""
+    out = base / f"out-{trainer}"
     for fmt, (config, subset, _) in LAYOUTS.items():
         cfg = RunConfig(
-            **TRAINERS[TRAINER],
+            **TRAINERS[trainer],
             release=str(releases[fmt]),
             out=str(out),
             source_format=fmt,
@@ -86,9 +88,36 @@ def layouts_run(
             skip_gate=True,  # the gate is covered over the sample release and the staging tests
         )
         summary = run_flow(cfg)
-        assert summary.failed == [], (fmt, [(s.gate, s.error) for s in summary.subsets])
+        assert summary.failed == [], (trainer, fmt, [(s.gate, s.error) for s in summary.subsets])
         assert [s.subset for s in summary.subsets] == [subset]
     return out
+
+
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
+    """The three layouts' replicas, built once for both trainers."""
+    base = tmp_path_factory.mktemp("bridge-layouts")
+    return base, {
+        "mantis": build_mantis(base / "Mantis-Instruct"),
+        "infovqa": build_infovqa(base / "InfoVQA"),
+        "llava_video": build_llava_video(base / "LLaVA-Video-178K", base / "videos"),
+    }
+
+
+@pytest.fixture(scope="module")
+def layouts_run(
+    bridge: BridgeData, prefect_harness: None, local_ray: None, replicas: tuple[Path, dict[str, Path]]
+) -> Path:
+    """Each layout's replica staged and run with ``--trainer bridge-qwen2.5-vl`` into one output folder."""
+    return _run_layouts(TRAINER, *replicas)
+
+
+@pytest.fixture(scope="module")
+def qwen3_layouts_run(
+    bridge: BridgeData, prefect_harness: None, local_ray: None, replicas: tuple[Path, dict[str, Path]]
+) -> Path:
+    """The same replicas run with ``--trainer bridge-qwen3-vl`` (its fed path differs most on videos)."""
+    return _run_layouts(QWEN3_TRAINER, *replicas)
 
 
 @pytest.fixture(scope="module")
@@ -131,20 +160,35 @@ def test_every_layouts_visual_tokens_equal_the_qwen_vl_encoders_count(
 
 
 @pytest.fixture(scope="module")
-def fed_probe(layouts_run: Path) -> dict[str, dict[str, Any]]:
-    """key -> what Bridge's real QwenVLTaskEncoder (encode_sample, batch) did with each published sample
-    (issue 32; skips naming why the Bridge environment cannot be built)."""
+def fed_probe(layouts_run: Path, qwen3_layouts_run: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """trainer -> key -> what Bridge's real QwenVLTaskEncoder (encode_sample, batch) did with each published
+    sample, both trainers' outputs in one probe process (issue 32; skips naming why the Bridge environment
+    cannot be built)."""
     require_bridge_env()
-    return probe_runs({"layouts": ("qwen2_5_vl", layouts_run)})["layouts"]
+    return probe_runs(
+        {TRAINER: (MODELS[TRAINER], layouts_run), QWEN3_TRAINER: (MODELS[QWEN3_TRAINER], qwen3_layouts_run)}
+    )
 
 
+@pytest.mark.parametrize("trainer", [TRAINER, QWEN3_TRAINER])
 def test_every_layouts_tokens_are_what_bridges_batch_feeds(
-    layouts_run: Path, fed_probe: dict[str, dict[str, Any]]
+    trainer: str, layouts_run: Path, qwen3_layouts_run: Path, fed_probe: dict[str, dict[str, dict[str, Any]]]
 ) -> None:
     """visual_tokens per image / video / sample and total_tokens are the pad ids and sequence Bridge's
-    batch() feeds; encode_check_visual_tokens is what its encode_sample checks."""
-    assert fed_mismatches(layouts_run, fed_probe) == []
-    assert check_mismatches(layouts_run, fed_probe) == []
+    batch() feeds; encode_check_visual_tokens is what its encode_sample checks; the --seq-len truncation
+    points are where batch() puts them and a cut is kept exactly when batch() still trains the sample;
+    encode_sample keeps every published sample."""
+    out = layouts_run if trainer == TRAINER else qwen3_layouts_run
+    probed = fed_probe[trainer]
+    assert fed_mismatches(out, probed) == []
+    assert check_mismatches(out, probed) == []
+    assert layout_mismatches(out, probed, trainer) == []
+    wrong, compared = cut_mismatches(out, probed, trainer)
+    assert wrong == [] and compared > 0
+    ok, media = manifest(out)
+    assert len(ok) == sum(n for _, _, n in LAYOUTS.values())
+    assert {k for k, r in probed.items() if r["status"] == "ok"} == set(ok)
+    assert any(m["kind"] == "video" for rows in media.values() for m in rows)
 
 
 def test_the_metadataset_has_a_val_split_exactly_where_subsets_have_val_samples(layouts_run: Path) -> None:

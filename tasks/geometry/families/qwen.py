@@ -193,7 +193,7 @@ class QwenFamily(ModelFamily):
         pads = len(image_sizes) + sum(len(g) for g in group_tokens)
         if not spans:
             return ExpandedText(expanded, pads, per_image, per_video)
-        ends, toks = _visual_spans(expanded, per_image, group_tokens)
+        ends, toks = visual_spans(expanded, per_image, group_tokens)
         return ExpandedText(expanded, pads, per_image, per_video, ends, toks)
 
     def _plain_videos(
@@ -227,7 +227,7 @@ class QwenFamily(ModelFamily):
         return "".join(pieces), per_video, group_tokens
 
 
-def _visual_spans(
+def visual_spans(
     expanded: str, per_image: list[int], group_tokens: list[list[int]]
 ) -> tuple[list[int], list[int]]:
     """(character offset after each visual span, its tokens) in text order; a span ends one wrapper
