@@ -38,7 +38,7 @@ from .dataset import write_energon_dataset
 from .formats import DEFAULT_FORMAT
 from .listing import listing_table, published_subsets, read_manifest, shards_of
 from .metadataset import write_metadataset
-from .remote_copy import energon_view, local_energon, push_dataset, push_file
+from .remote_copy import drop_local_copy, energon_view, local_energon, push_dataset, push_file
 from .samples import DatasetResult, MediaPart, ShardSample
 
 MediaIndex = dict[tuple[int, int], list[tuple[str, int]]]
@@ -90,6 +90,7 @@ def publish_subset(
     paths = layout.parts("samples", subset)
     for path, shards in zip(paths, _shards_by_part(layout, paths, local), strict=True):
         _fill_shards(layout, subset, path, shards, duplicates)
+    drop_local_copy(layout, subset)  # uploaded: the working copy of a remote output goes
     return PublishResult(
         subset=subset,
         samples=result.samples,

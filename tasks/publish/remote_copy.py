@@ -8,10 +8,12 @@ and a rerun uploads the same bytes. The shards go up first, ``.nv-meta`` next an
 (the mark of a published subset) last; then objects the new version no longer has are deleted. A tar the
 remote listing already names with the same sha256 and size is not uploaded again.
 
-Readers on any node (the read-back, ``vlmforge validate``, the metadataset) get a local copy with
-:func:`pull_dataset` (shards the local copy already holds with the listed sha256 and size are kept) or
-:func:`energon_view` (listings, ``.nv-meta`` and the yaml files only). For a local ``OUT`` all of these are
-the output folder itself: nothing is copied and nothing changes.
+The working copy goes once uploaded (:func:`drop_local_copy`): a node's disk holds the subsets it is
+publishing, not the output. Readers on any node (the read-back, ``vlmforge validate``) get a temporary local
+copy with :func:`dataset_copy`, the metadataset and the split notes :func:`energon_view` (listings,
+``.nv-meta`` and the yaml files only). A trainer reads the output on S3 directly: megatron-energon loads
+``msc://<profile>/<prefix>/energon/<subset>`` through the Multi-Storage Client. For a local ``OUT`` all of
+these are the output folder itself: nothing is copied and nothing changes.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import hashlib
 import json
 import shutil
 import tempfile
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from ..manifests import OutputLayout
 from ..storage import atomic_write_bytes, is_local
 from .listing import MANIFEST_NAME, published_subsets
 
-__all__ = ["energon_view", "local_energon", "pull_dataset", "push_dataset", "push_file"]
+__all__ = ["dataset_copy", "drop_local_copy", "energon_view", "local_energon", "push_dataset", "push_file"]
 
 META = ".nv-meta"
 #: what :func:`energon_view` leaves out of a dataset's ``.nv-meta``: Energon's sample index
@@ -65,7 +66,8 @@ def _remote_files(layout: OutputLayout, folder: str) -> dict[str, int]:
     }
 
 
-def _listed(listing: list[dict[str, Any]]) -> dict[str, tuple[str, int]]:
+def _listed(listing: list[dict[str, Any]]) -> dict[str, tuple[Any, Any]]:
+    """Shard name -> (sha256, bytes) as a listing (``vlmforge-shards.json``) records them."""
     return {
         e["shard"]: (e.get("sha256"), e.get("bytes")) for e in listing if isinstance(e, dict) and "shard" in e
     }
@@ -93,7 +95,7 @@ def push_dataset(layout: OutputLayout, subset: str, local: Path) -> None:
         return
     root = f"{layout.energon}/{subset}"
     remote = _remote_files(layout, subset)
-    before: dict[str, tuple[str, int]] = {}
+    before: dict[str, tuple[Any, Any]] = {}
     if MANIFEST_NAME in remote:
         with contextlib.suppress(OSError, ValueError):
             before = _listed(json.loads(layout.fs.cat_file(f"{root}/{MANIFEST_NAME}")))
@@ -119,43 +121,29 @@ def push_file(layout: OutputLayout, local: Path, name: str) -> None:
         atomic_write_bytes(layout.fs, f"{layout.energon}/{name}", local.read_bytes())
 
 
-def pull_dataset(layout: OutputLayout, subset: str) -> Path:
+@contextlib.contextmanager
+def dataset_copy(layout: OutputLayout, subset: str) -> Iterator[Path]:
     """A local folder holding ``energon/<subset>`` as published (absent when it is not published): the
-    folder itself for a local output, else the local working copy brought up to date with the remote one."""
+    folder itself for a local output, else a temporary copy of the remote one, removed after the block."""
     if is_local(layout.fs):
-        return Path(layout.energon) / subset
-    dest = local_energon(layout) / subset
-    remote = _remote_files(layout, subset)
-    if MANIFEST_NAME not in remote:
-        shutil.rmtree(dest, ignore_errors=True)
-        return dest
-    root = f"{layout.energon}/{subset}"
-    listing = json.loads(layout.fs.cat_file(f"{root}/{MANIFEST_NAME}"))
-    have = _listed(_read_listing(dest / MANIFEST_NAME))
-    want = _listed(listing)
-    staging = dest.parent / f".{subset}.pull-{uuid.uuid4().hex[:8]}"
-    try:
-        for name in sorted(remote):
-            target = staging / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            kept = dest / name
-            if (
-                name in want
-                and have.get(name) == want[name]
-                and kept.is_file()
-                and kept.stat().st_size == remote[name]
-            ):
-                shutil.copy2(kept, target)  # the same shard, as both listings say: not downloaded again
-            else:
-                layout.fs.get_file(f"{root}/{name}", str(target))
-        old = dest.parent / f".{subset}.old-{uuid.uuid4().hex[:8]}"
-        if dest.exists():
-            dest.replace(old)
-        staging.replace(dest)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return dest
+        yield Path(layout.energon) / subset
+        return
+    with tempfile.TemporaryDirectory(prefix="vlmforge-energon-copy-") as tmp:
+        dest = Path(tmp) / subset
+        root = f"{layout.energon}/{subset}"
+        remote = _remote_files(layout, subset)
+        if MANIFEST_NAME in remote:
+            for name in sorted(remote):
+                (dest / name).parent.mkdir(parents=True, exist_ok=True)
+                layout.fs.get_file(f"{root}/{name}", str(dest / name))
+        yield dest
+
+
+def drop_local_copy(layout: OutputLayout, subset: str) -> None:
+    """Remove the local working copy of a remote output's ``energon/<subset>`` once it is uploaded, so a
+    node's disk holds only the subsets it is publishing; nothing for a local output."""
+    if not is_local(layout.fs):
+        shutil.rmtree(local_energon(layout) / subset, ignore_errors=True)
 
 
 @contextlib.contextmanager

@@ -54,3 +54,40 @@ def test_out_on_s3_writes_the_local_runs_bytes(
     assert all(r.ok for r in validate_output(remote, sample_limit=None)), validate_output(remote)
     sql = "SELECT subset, status, count(*) AS n FROM samples GROUP BY ALL ORDER BY ALL"
     assert run_query(remote, sql).to_pylist() == run_query(local, sql).to_pylist()
+
+    # A trainer's loader straight from S3: megatron-energon through the Multi-Storage Client (msc://).
+    keys = loaded_from_s3(s3_endpoint, "v3/out/energon/photo_vqa", tmp_path)
+    ok = run_query(remote, "SELECT key FROM samples WHERE subset = 'photo_vqa' AND status = 'ok'")
+    assert sorted(keys) == sorted(ok["key"].to_pylist()) and keys
+
+
+def loaded_from_s3(endpoint: str, dataset: str, tmp_path: Path) -> list[str]:
+    """Keys of every sample of ``s3://BUCKET/<dataset>`` as megatron-energon loads it with the format's
+    reader, over an MSC profile for the bucket (credentials from the environment, as boto3 finds them)."""
+    from conftest import error_collecting_worker_config
+    from megatron.energon import get_loader, get_train_dataset
+
+    from vlmforge.tasks.publish.formats import get_format
+
+    config = tmp_path / "msc.yaml"
+    config.write_text(
+        "profiles:\n  out:\n    storage_provider:\n      type: s3\n      options:\n"
+        f"        base_path: {BUCKET}\n        endpoint_url: {endpoint}\n        region_name: us-east-1\n"
+    )
+    fmt = get_format("bridge")
+    wc, errors = error_collecting_worker_config()
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("MSC_CONFIG", str(config))
+        ds = get_train_dataset(
+            f"msc://out/{dataset}",
+            worker_config=wc,
+            batch_size=None,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+            task_encoder=fmt.read_encoder(),
+            repeat=False,
+            **({"dataset_config": fmt.read_config} if fmt.read_config else {}),
+        )
+        keys = [sample.__key__ for sample in get_loader(ds)]
+    assert errors == []
+    return keys
