@@ -277,14 +277,15 @@ def validate_subset_task(
 
 @task(name="validate-blends", task_run_name="validate blends of {out}")
 def validate_blends_task(out: str) -> list[ValidationReport]:
-    from ..tasks.publish import validate_blend
+    from ..tasks.publish import energon_view, validate_blend
 
     reports = []
-    for path in sorted(Path(OutputLayout(out).energon).glob("*.yaml")):
-        report = ValidationReport(path=path)
-        for problem in validate_blend(path):
-            report.add(problem)
-        reports.append(report)
+    with energon_view(OutputLayout(out)) as root:  # OUT/energon, or a local copy of a remote one's metadata
+        for path in sorted(root.glob("*.yaml")):
+            report = ValidationReport(path=path)
+            for problem in validate_blend(path):
+                report.add(problem)
+            reports.append(report)
     return reports
 
 

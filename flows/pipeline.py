@@ -11,7 +11,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger
@@ -32,7 +31,13 @@ from ..tasks.catalog import (
 from ..tasks.gate import load_overrides, record_run
 from ..tasks.manifests import OutputLayout, remove_parts_from
 from ..tasks.ops import RUN_WIDE, StageTime, batch_stage_times, write_stage_times
-from ..tasks.publish import ShardsGateFailed, metadataset_val_problem, publish_metadataset, val_split_note
+from ..tasks.publish import (
+    ShardsGateFailed,
+    energon_view,
+    metadataset_val_problem,
+    publish_metadataset,
+    val_split_note,
+)
 from ..tasks.staging import as_released, stage_run_source
 from ..tasks.storage import ContentStore, OutputFullError, atomic_write_bytes
 from . import progress
@@ -108,12 +113,13 @@ def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
 def _note_empty_splits(run: _Run, cfg: RunConfig, summary: RunSummary) -> None:
     """A published subset without val samples is noted (its gate column); a metadataset without any val
     split, while ``--val-fraction`` asks for one, is warned of (see tasks/publish/splits.py)."""
-    energon, fraction = Path(run.layout.energon), cfg.batches.val_fraction
-    for o in summary.subsets:
-        note = val_split_note(energon / o.subset, fraction) if o.published else None
-        if note:
-            o.gate += f" ({note})"
-    problem = metadataset_val_problem(energon, fraction)
+    fraction = cfg.batches.val_fraction
+    with energon_view(run.layout) as energon:  # OUT/energon itself, or a local copy of its listings
+        for o in summary.subsets:
+            note = val_split_note(energon / o.subset, fraction) if o.published else None
+            if note:
+                o.gate += f" ({note})"
+        problem = metadataset_val_problem(energon, fraction)
     if problem:
         run.logger.warning(problem)
 

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from ..schemas.rows import MediaRow, SampleRow
 from ..schemas.tables import TABLES
-from .storage import atomic_write_bytes, url_to_fs
+from .storage import atomic_write_bytes, is_local, url_to_fs
 
 FINGERPRINT_KEY = b"vlmforge.fingerprint"
 STATS_KEY = b"vlmforge.stats"
@@ -29,6 +29,11 @@ class OutputLayout:
     def __init__(self, out: str) -> None:
         self.out = out.rstrip("/")
         self.fs, self.root = url_to_fs(self.out)
+        if not is_local(self.fs):
+            # No listings cache: several workers and nodes write one output, and a process's cached
+            # listing (or an object's ETag in it) goes stale when another rewrites a part (s3fs then
+            # fails the read with FileExpired, or a listing misses the parts written since).
+            self.fs, self.root = url_to_fs(self.out, use_listings_cache=False)
 
     @property
     def manifests(self) -> str:

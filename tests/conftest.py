@@ -131,6 +131,53 @@ def tree_hashes(root: Path) -> dict[str, str]:
     }
 
 
+#: what a run writes under OUT that is its own (ids, times, its Data Docs), not the release's product
+PER_RUN = ("quality/", "runs/", "manifests/runs/", "manifests/subsets/")
+
+
+def _timeless_part(data: bytes) -> bytes:
+    """A ``samples`` part's rows and key-value metadata, its batch stats without their clock readings
+    (``seconds``, ``*_seconds``): the rest of the part two runs of one batch write alike."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(io.BytesIO(data))
+    meta = dict(table.schema.metadata or {})
+    if b"vlmforge.stats" in meta:
+        stats = json.loads(meta[b"vlmforge.stats"])
+        kept = {k: v for k, v in stats.items() if k != "seconds" and not k.endswith("_seconds")}
+        meta[b"vlmforge.stats"] = json.dumps(kept, sort_keys=True).encode()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema.with_metadata(meta)) as writer:
+        writer.write_table(table.replace_schema_metadata(meta))
+    return bytes(sink.getvalue())
+
+
+def output_hashes(out: str) -> dict[str, str]:
+    """sha256 of every file (object) under the output ``out`` (a folder or an fsspec URL such as
+    ``s3://bucket/prefix``) by relative path, the run's own records (:data:`PER_RUN`) and Energon's
+    ``index.uuid`` and ``index.sqlite`` left out, and a ``samples`` part hashed without the clock readings
+    of its batch stats (:func:`_timeless_part`): what two runs of the same release must write alike."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(out)
+    root = root.rstrip("/")
+    fs.invalidate_cache()
+    hashes = {}
+    for path in sorted(fs.find(root)):
+        rel = path[len(root) + 1 :]
+        name = rel.rsplit("/", 1)[-1]
+        if rel.startswith(PER_RUN) or name in ("index.uuid", "index.sqlite"):
+            continue
+        data = fs.cat_file(path)
+        if rel.startswith("manifests/samples/"):
+            data = _timeless_part(data)
+        hashes[rel] = hashlib.sha256(data).hexdigest()
+    return hashes
+
+
 def error_collecting_worker_config(num_workers: int = 0) -> tuple[Any, list[str]]:
     """A one-rank energon ``WorkerConfig`` whose per-sample errors land in the returned list (energon would
     otherwise log and skip them, so a test asserts the list empty)."""

@@ -32,7 +32,7 @@ from ...schemas.option_values import comma_list
 from ...schemas.records import SubsetEntry
 from ...schemas.tables import CATALOG_FIELDS, SUBSETS
 from ..manifests import OutputLayout
-from ..storage import atomic_write_bytes
+from ..storage import atomic_write_bytes, is_local
 
 # Columns of the ``subsets`` manifest that describe the upstream (compared by a refresh).
 _WATCHED = ("readme_sha256", "license", "jsonl_sha256", "media_recipe_sha256", "media_tars")
@@ -263,6 +263,14 @@ def unpublish_subset(layout: OutputLayout, subset: str) -> bool:
     :func:`vlmforge.tasks.publish.publish.publish_metadataset` afterwards. Returns whether anything was
     removed.
     """
+    if not is_local(layout.fs):  # an object store: the listing (the published mark) first, then the rest
+        root = f"{layout.energon}/{subset}"
+        if not layout.fs.exists(f"{root}/vlmforge-shards.json"):
+            return False
+        layout.fs.rm(f"{root}/vlmforge-shards.json")
+        layout.fs.rm(root, recursive=True)
+        layout.fs.invalidate_cache(layout.energon)
+        return True
     dest = Path(layout.energon) / subset
     if not dest.exists():
         return False

@@ -72,9 +72,10 @@ def _add_view(con: duckdb.DuckDBPyConnection, name: str, source: Source) -> None
     else:
         prefix = ""
         if not is_local(source.fs):
-            con.register_filesystem(source.fs)
             protocol = source.fs.protocol
             prefix = (protocol if isinstance(protocol, str) else protocol[0]) + "://"
+            if not con.filesystem_is_registered(protocol if isinstance(protocol, str) else protocol[0]):
+                con.register_filesystem(source.fs)  # once a connection: a second one of a name is refused
         files = ", ".join("'" + (prefix + p).replace("'", "''") + "'" for p in source.paths)
         con.execute(
             f"CREATE VIEW {name} AS SELECT * FROM read_parquet([{files}], "

@@ -5,6 +5,7 @@ from .dataset_check import validate_blend, validate_output, validate_subset
 from .listing import published_subsets, read_manifest
 from .metadataset import dataset_splits, ensure_dataset_config
 from .publish import PublishResult, publish_metadataset, publish_subset
+from .remote_copy import energon_view
 from .rolling import parse_size
 from .shards_suite import ShardsGateFailed, shards_check
 from .splits import EmptyTrainSplitError, metadataset_val_problem, val_split_note
@@ -15,6 +16,7 @@ __all__ = [
     "ShardsGateFailed",
     "ValidationReport",
     "dataset_splits",
+    "energon_view",
     "ensure_dataset_config",
     "format_reports",
     "metadataset_val_problem",

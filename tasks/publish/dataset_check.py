@@ -26,6 +26,7 @@ from .check_report import ValidationReport, listed
 from .listing import MANIFEST_NAME, listing_table, published_subsets, read_manifest, shards_of
 from .metadataset import dataset_splits
 from .readback import validate_energon_dataset
+from .remote_copy import dataset_copy, energon_view
 from .tar import file_sha256
 
 __all__ = ["validate_blend", "validate_output", "validate_subset"]
@@ -259,7 +260,18 @@ def validate_subset(
     (default: only when every sample is read).
     """
     layout = OutputLayout(out)
-    path = Path(layout.energon) / subset
+    with dataset_copy(layout, subset) as path:  # the folder itself for a local output, else a local copy
+        return _validate_dataset(layout, subset, path, sample_limit, num_workers, checksums)
+
+
+def _validate_dataset(
+    layout: OutputLayout,
+    subset: str,
+    path: Path,
+    sample_limit: int | None,
+    num_workers: int,
+    checksums: bool | None,
+) -> ValidationReport:
     expected = _expected_from_manifests(layout, subset)
     if not path.is_dir():
         report = ValidationReport(path=path, subset=subset, sample_limit=sample_limit)
@@ -333,12 +345,12 @@ def validate_output(
         for name in names
     ]
     if not subsets:
-        root = Path(OutputLayout(out).energon)
-        for yaml_path in sorted(root.glob("*.yaml")):
-            problems = validate_blend(yaml_path)
-            if problems:
-                report = ValidationReport(path=yaml_path)
-                for problem in problems:
-                    report.add(problem)
-                reports.append(report)
+        with energon_view(OutputLayout(out)) as root:
+            for yaml_path in sorted(root.glob("*.yaml")):
+                problems = validate_blend(yaml_path)
+                if problems:
+                    report = ValidationReport(path=yaml_path)
+                    for problem in problems:
+                        report.add(problem)
+                    reports.append(report)
     return reports

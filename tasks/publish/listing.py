@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from ...schemas.sample_keys import SPLITS
 from ..manifests import OutputLayout
+from ..storage import is_local
 from .samples import ShardInfo
 
 __all__ = [
@@ -98,7 +99,12 @@ def shards_of(keys: pa.ChunkedArray | pa.Array, listing: pa.Table) -> pa.Chunked
 
 def published_subsets(out: str) -> list[str]:
     """Subsets with a published Energon dataset under ``OUT/energon``."""
-    root = Path(OutputLayout(out).energon)
+    layout = OutputLayout(out)
+    if not is_local(layout.fs):  # an object store: the listings under energon/, one level down
+        layout.fs.invalidate_cache(layout.energon)
+        found = {p.rsplit("/", 2)[-2] for p in layout.fs.glob(f"{layout.energon}/*/{MANIFEST_NAME}")}
+        return sorted(n for n in found if not n.startswith("."))
+    root = Path(layout.energon)
     if not root.is_dir():
         return []
     return sorted(

@@ -33,11 +33,12 @@ from ..manifests import (
     write_part,
     write_part_table,
 )
-from ..storage import ContentStore
+from ..storage import ContentStore, is_local
 from .dataset import write_energon_dataset
 from .formats import DEFAULT_FORMAT
 from .listing import listing_table, published_subsets, read_manifest, shards_of
 from .metadataset import write_metadataset
+from .remote_copy import drop_local_copy, energon_view, local_energon, push_dataset, push_file
 from .samples import DatasetResult, MediaPart, ShardSample
 
 MediaIndex = dict[tuple[int, int], list[tuple[str, int]]]
@@ -73,20 +74,23 @@ def publish_subset(
     ``sample_format`` is the Energon sample format (:data:`~.formats.FORMATS`, default Megatron-Bridge's).
     """
     dest = f"{layout.energon}/{subset}"
+    local = local_energon(layout) / subset  # ``dest`` itself for a local output
     duplicates: dict[int, str] = {}
     result = write_energon_dataset(
         _shard_samples(layout, subset, duplicates, store),
-        Path(dest),
+        local,
         subset=subset,
         shard_max_bytes=shard_max_bytes,
         shard_max_samples=shard_max_samples,
         check=check,
         sample_format=sample_format,
     )
+    push_dataset(layout, subset, local)  # an object store's copy, file by file (nothing for a local output)
     _write_shards_table(layout, subset, result)
     paths = layout.parts("samples", subset)
-    for path, shards in zip(paths, _shards_by_part(layout, paths, Path(dest)), strict=True):
+    for path, shards in zip(paths, _shards_by_part(layout, paths, local), strict=True):
         _fill_shards(layout, subset, path, shards, duplicates)
+    drop_local_copy(layout, subset)  # uploaded: the working copy of a remote output goes
     return PublishResult(
         subset=subset,
         samples=result.samples,
@@ -251,12 +255,14 @@ def _reject_duplicate(row: dict[str, Any], why: str, stats: dict[str, Any] | Non
 
 def publish_metadataset(layout: OutputLayout) -> str | None:
     """Rewrite ``energon/metadataset.yaml`` over every published subset (weights proportional to samples)."""
-    root = Path(layout.energon)
-    weights: dict[str, float] = {}
-    for subset in published_subsets(layout.out):
-        n = sum(e["samples"] for e in read_manifest(root / subset) if e["split"] == "train")
-        if n:
-            weights[subset] = float(n)
-    if not weights:
-        return None
-    return str(write_metadataset(root, weights))
+    with energon_view(layout) as root:
+        weights: dict[str, float] = {}
+        for subset in published_subsets(layout.out):
+            n = sum(e["samples"] for e in read_manifest(root / subset) if e["split"] == "train")
+            if n:
+                weights[subset] = float(n)
+        if not weights:
+            return None
+        path = write_metadataset(root, weights)
+        push_file(layout, path, path.name)
+    return str(path) if is_local(layout.fs) else f"{layout.energon}/{path.name}"

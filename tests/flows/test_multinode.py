@@ -1,6 +1,6 @@
-"""A real multi-node run: three Ray nodes on this machine, the release and the media store on ``s3://``
-(moto's server on 127.0.0.1), upstream media behind recipes on a loopback HTTP server, ``vlmforge run
---ray-address``, and one worker node lost mid-run.
+"""A real multi-node run: three Ray nodes on this machine, the release, the media store and the output on
+``s3://`` (moto's server on 127.0.0.1), upstream media behind recipes on a loopback HTTP server, ``vlmforge
+run --ray-address --out s3://...``, and one worker node lost mid-run.
 
 The nodes are Ray's own multi-node test cluster (``ray.cluster_utils.Cluster``): each node its own raylet,
 object store, CPUs, custom resource and session folder, token-authenticated, all on 127.0.0.1 in Ray's
@@ -12,8 +12,9 @@ At the run's first committed batch (stage event ``batches:1``, the driver paused
 victim node has taken a batch, then SIGKILLs all its processes. Ray retries what it was running on the
 two nodes left. The test asserts: batches ran on every node; the run published every subset; nothing was
 lost (every subset's rows and samples as in a one-node run of the same release); nothing was fetched twice
-beyond the one batch the lost node had in hand; the shards are byte-identical to the one-node run's; and
-every listening socket of the test's and the driver's process trees was on loopback.
+beyond the one batch the lost node had in hand; the S3 output (manifests, Energon datasets, metadataset:
+every object but the run's own records) is byte-identical to the one-node run's local output; and every
+listening socket of the test's and the driver's process trees was on loopback.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import tree_hashes
+from conftest import output_hashes
 from http_fixture import HttpFixture
 from reliability.stage_events import StageEvents
 
@@ -127,10 +128,14 @@ def run_cli(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen
         return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
-def run_record(out: Path) -> dict[str, Any]:
-    records = sorted((out / "runs").glob("*.json"))
+def run_record(out: str) -> dict[str, Any]:
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(out)
+    fs.invalidate_cache()
+    records = sorted(fs.glob(f"{root}/runs/*.json"))
     assert len(records) == 1, records
-    summary: dict[str, Any] = json.loads(records[0].read_text())["summary"]
+    summary: dict[str, Any] = json.loads(fs.cat_file(records[0]))["summary"]
     return {s["subset"]: s for s in summary["subsets"]}
 
 
@@ -150,7 +155,7 @@ def test_three_nodes_on_s3_survive_a_lost_node_with_identical_shards(
     from prefect.settings import get_current_settings
 
     fs = s3fs.S3FileSystem(endpoint_url=moto_s3)
-    for bucket in ("release", "store-one", "store-multi"):
+    for bucket in ("release", "store-one", "store-multi", "out-multi"):
         fs.mkdir(bucket)
     fs.put(str(shaped.root) + "/", "release/v3", recursive=True)
     http = HttpFixture().start()
@@ -177,7 +182,7 @@ def test_three_nodes_on_s3_survive_a_lost_node_with_identical_shards(
     seconds["one"] = time.monotonic() - seconds["one"]
     http.reset_log()
 
-    multi = tmp_path / "multi"
+    multi = "s3://out-multi/v3"
     sockets: set[tuple[str, int, str]] = set()
     killed: dict[str, Any] = {}
     cluster = LoopbackCluster(NODES, tmp_path / "nodes.log")
@@ -200,7 +205,7 @@ def test_three_nodes_on_s3_survive_a_lost_node_with_identical_shards(
         args = [
             *common,
             "--out",
-            str(multi),
+            multi,
             "--store",
             "s3://store-multi/media",
             "--ray-address",
@@ -227,7 +232,7 @@ def test_three_nodes_on_s3_survive_a_lost_node_with_identical_shards(
     assert len(placed) == NODES and all(placed.values()), placed  # batches ran on every node
 
     # Nothing lost: every subset published with the one-node run's counts.
-    got, want = run_record(multi), run_record(one)
+    got, want = run_record(multi), run_record(str(one))
     assert set(got) == set(shaped.subsets)
     for subset, s in got.items():
         assert s["published"] and s["validation"] == "ok", (subset, s)
@@ -243,8 +248,11 @@ def test_three_nodes_on_s3_survive_a_lost_node_with_identical_shards(
     fs.invalidate_cache()
     assert stored_objects(fs, "store-multi/media") == stored_objects(fs, "store-one/media")
 
-    # The same shards, byte for byte, as the one-node run.
-    assert tree_hashes(multi / "energon") == tree_hashes(one / "energon")
+    # The same output, byte for byte, on S3 as the one-node run's on a local disk: every manifest part, every
+    # Energon dataset and the metadataset (the run's own records and Energon's index.uuid/sqlite aside).
+    want_out = output_hashes(str(one))
+    assert any(k.startswith("energon/") and k.endswith(".tar") for k in want_out), want_out
+    assert output_hashes(multi) == want_out
 
     # Every server of the run, Ray's nodes and the driver included, listened on loopback only.
     assert any(name.startswith("raylet") for _, _, name in sockets), sockets
