@@ -18,7 +18,7 @@ from ..tokens import (
     SampleTokens,
     SeqLenFit,
     TextTokenizer,
-    count_sample_tokens,
+    TokenInput,
     fit_seq_len,
     needs_layout,
 )
@@ -44,6 +44,7 @@ class CountedSample:
     step: TokenStep
     record: Record
     media: SampleMedia
+    inputs: TokenInput  # what both counts were made from
     tokens: SampleTokens
     fed: SampleTokens
 
@@ -62,39 +63,20 @@ class TokenStep:
     def count(self, record: Record, media: SampleMedia) -> CountedSample:
         """Count the sample's tokens and write each media row's visual tokens. ``ValueError`` when they
         cannot be counted (e.g. a video too short for the model's temporal patch)."""
-        tokens = count_sample_tokens(
-            record.messages,
-            self.preset,
-            self.tokenizer,
-            media.image_sizes,
-            media.videos,
-            max_pixels=self.max_pixels,
+        sample = TokenInput(
+            record.messages, media.image_sizes, media.videos, self.preset, self.tokenizer, self.max_pixels
         )
-        fed = self.feed.fed(
-            tokens,
-            record.messages,
-            self.preset,
-            self.tokenizer,
-            media.image_sizes,
-            media.videos,
-            max_pixels=self.max_pixels,
-        )
+        tokens = sample.checked()
+        fed = self.feed.fed(tokens, sample)
         _set_visual_tokens(media.rows, tokens, fed)
-        return CountedSample(self, record, media, tokens, fed)
+        return CountedSample(self, record, media, sample, tokens, fed)
 
     def fit(self, sample: CountedSample) -> SeqLenFit:
         """``--seq-len`` on the fed sequence; a truncation point is where the feed path puts it."""
         seq_len, mode = self.options.seq_len, self.options.seq_len_mode
         layout = None
         if needs_layout(sample.fed, seq_len, mode):
-            layout = self.feed.layout(
-                sample.record.messages,
-                self.preset,
-                self.tokenizer,
-                sample.media.image_sizes,
-                sample.media.videos,
-                max_pixels=self.max_pixels,
-            )
+            layout = self.feed.layout(sample.inputs)
         return fit_seq_len(sample.fed, seq_len, mode=mode, layout=layout, label_reach=self.feed.label_reach)
 
 

@@ -4,6 +4,7 @@ from .count import SampleTokens, count_sample_tokens
 from .feed_paths import FEED_PATHS, FeedPath
 from .seq_len import SeqLenFit, apply_seq_len, fit_seq_len, needs_layout
 from .text import TextTokenizer
+from .token_input import TokenInput
 
 __all__ = [
     "FEED_PATHS",
@@ -11,6 +12,7 @@ __all__ = [
     "SampleTokens",
     "SeqLenFit",
     "TextTokenizer",
+    "TokenInput",
     "apply_seq_len",
     "count_sample_tokens",
     "fit_seq_len",

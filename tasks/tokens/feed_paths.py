@@ -22,14 +22,16 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ...schemas.presets import ModelPreset
-from ..geometry import ExpandedText, VideoSpec, visual_spans
+from ..geometry import ExpandedText, visual_spans
 from .bridge_fed import FED_VIDEO, FedGeometry, expand_qwen3_videos, fed_image, media_first
 from .count import SampleTokens, expand_sample
 from .seq_len import SequenceLayout, layout_of
-from .text import TextTokenizer, render_chat
+from .text import render_chat
+from .token_input import TokenInput
 
 __all__ = ["FEED_PATHS", "BridgeCollateFeed", "FeedPath", "ProcessorFeed", "fed_geometry"]
 
@@ -43,78 +45,35 @@ class FeedPath(ABC):
     label_reach: int = 0
 
     @abstractmethod
-    def expand(
-        self,
-        messages: Messages,
-        preset: ModelPreset,
-        image_sizes: Sequence[tuple[int, int]],
-        videos: Sequence[VideoSpec],
-        *,
-        max_pixels: int | None,
-    ) -> ExpandedText:
+    def expand(self, sample: TokenInput) -> ExpandedText:
         """The sequence this path feeds for the sample, as text with one pad per visual span (and the spans'
-        offsets). Arguments as :func:`~.count.count_sample_tokens` (``preset.min_pixels`` is the run's)."""
+        offsets)."""
 
-    def fed(
-        self,
-        checked: SampleTokens,
-        messages: Messages,
-        preset: ModelPreset,
-        tokenizer: TextTokenizer,
-        image_sizes: Sequence[tuple[int, int]],
-        videos: Sequence[VideoSpec],
-        *,
-        max_pixels: int | None,
-    ) -> SampleTokens:
+    def fed(self, checked: SampleTokens, sample: TokenInput) -> SampleTokens:
         """The fed counts of a sample whose checked counts are ``checked``."""
-        exp = self.expand(messages, preset, image_sizes, videos, max_pixels=max_pixels)
-        text = tokenizer.count(exp.text) - exp.pads
+        exp = self.expand(sample)
+        text = sample.tokenizer.count(exp.text) - exp.pads
         visual = exp.visual_tokens
         return SampleTokens(text, visual, text + visual, exp.per_image, exp.per_video)
 
-    def layout(
-        self,
-        messages: Messages,
-        preset: ModelPreset,
-        tokenizer: TextTokenizer,
-        image_sizes: Sequence[tuple[int, int]],
-        videos: Sequence[VideoSpec],
-        *,
-        max_pixels: int | None,
-    ) -> SequenceLayout:
+    def layout(self, sample: TokenInput) -> SequenceLayout:
         """Where the fed sequence's last visual span ends and its first supervised token sits."""
 
         def expand(msgs: Messages) -> ExpandedText:
-            return self.expand(msgs, preset, image_sizes, videos, max_pixels=max_pixels)
+            return self.expand(replace(sample, messages=msgs))
 
-        return layout_of(expand, messages, tokenizer)
+        return layout_of(expand, sample.messages, sample.tokenizer)
 
 
 class ProcessorFeed(FeedPath):
     """The processor on the stored pixels is what is fed: the checked counts."""
 
-    def expand(
-        self,
-        messages: Messages,
-        preset: ModelPreset,
-        image_sizes: Sequence[tuple[int, int]],
-        videos: Sequence[VideoSpec],
-        *,
-        max_pixels: int | None,
-    ) -> ExpandedText:
-        return expand_sample(messages, preset, image_sizes, videos, max_pixels=max_pixels)
+    def expand(self, sample: TokenInput) -> ExpandedText:
+        return expand_sample(
+            sample.messages, sample.preset, sample.image_sizes, sample.videos, max_pixels=sample.max_pixels
+        )
 
-    def fed(
-        self,
-        checked: SampleTokens,
-        messages: Messages,
-        preset: ModelPreset,
-        tokenizer: TextTokenizer,
-        image_sizes: Sequence[tuple[int, int]],
-        videos: Sequence[VideoSpec],
-        *,
-        max_pixels: int | None,
-    ) -> SampleTokens:
+    def fed(self, checked: SampleTokens, sample: TokenInput) -> SampleTokens:
         return checked  # the same text, counted once
 
 
@@ -147,20 +106,13 @@ class BridgeCollateFeed(FeedPath):
     # token right after the cut is still the last position's target
     label_reach = 1
 
-    def expand(
-        self,
-        messages: Messages,
-        preset: ModelPreset,
-        image_sizes: Sequence[tuple[int, int]],
-        videos: Sequence[VideoSpec],
-        *,
-        max_pixels: int | None,
-    ) -> ExpandedText:
-        geo = fed_geometry(preset, max_pixels)
+    def expand(self, sample: TokenInput) -> ExpandedText:
+        preset, image_sizes, videos = sample.preset, sample.image_sizes, sample.videos
+        geo = fed_geometry(preset, sample.max_pixels)
         per_image = [fed_image(geo, h, w)[0] for h, w in image_sizes]
         video_of = FED_VIDEO[preset.video_sampler]
         fed_videos = [video_of(geo, v.n_sampled_frames, v.height, v.width) for v in videos]
-        text, n_img, n_vid = render_chat(media_first(messages), preset)
+        text, n_img, n_vid = render_chat(media_first(sample.messages), preset)
         if (n_img, n_vid) != (len(image_sizes), len(videos)):
             raise ValueError(
                 f"sample has {n_img} image and {n_vid} video part(s) but {len(image_sizes)} image size(s) "

@@ -22,7 +22,7 @@ from vlmforge.schemas.trainers import TRAINERS
 from vlmforge.tasks.batch.tokens_step import get_tokenizer
 from vlmforge.tasks.geometry import VideoSpec, geometry_of
 from vlmforge.tasks.ops.query import run_query
-from vlmforge.tasks.tokens import FEED_PATHS, SampleTokens, fit_seq_len
+from vlmforge.tasks.tokens import FEED_PATHS, SampleTokens, TokenInput, fit_seq_len
 from vlmforge.tasks.tokens.seq_len import SequenceLayout
 
 __all__ = [
@@ -167,7 +167,7 @@ def layout_mismatches(out: Path, probed: Rows, trainer: str) -> list[str]:
             if m["kind"] == "video"
         ]
         lay = feed.layout(
-            messages, geometry.preset, tokenizer, sizes, videos, max_pixels=geometry.max_pixels_knob
+            TokenInput(messages, sizes, videos, geometry.preset, tokenizer, geometry.max_pixels_knob)
         )
         got = (lay.total, lay.last_visual_end, lay.first_supervised)
         if lay.total != row["total_tokens"]:
