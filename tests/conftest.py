@@ -94,6 +94,7 @@ def moto_s3() -> Iterator[str]:
     """The endpoint URL of a loopback moto S3 server, one per test module, starting empty."""
     import urllib.request
 
+    import s3fs
     from moto.server import ThreadedMotoServer
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
@@ -102,10 +103,14 @@ def moto_s3() -> Iterator[str]:
     # moto keeps its buckets in process-wide state that outlives a server: without a reset, a module's
     # server still holds the buckets an earlier module made (``mkdir`` of the same bucket then fails)
     urllib.request.urlopen(urllib.request.Request(f"http://{host}:{port}/moto-api/reset", method="POST"))
+    # s3fs caches its file systems by their arguments: one made without an endpoint (found through
+    # AWS_ENDPOINT_URL) in an earlier module would still point at that module's stopped server
+    s3fs.S3FileSystem.clear_instance_cache()
     try:
         yield f"http://{host}:{port}"
     finally:
         server.stop()
+        s3fs.S3FileSystem.clear_instance_cache()
 
 
 # ----------------------------------------------------------------------------------------- flow runs

@@ -38,22 +38,24 @@ class _NoHead(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         pass
 
+    # Each request is logged before its answer goes out: logged after, the client could have its answer
+    # (and the test read the log) before this thread appended to it.
     def do_HEAD(self) -> None:
+        self.sent.append(("HEAD", 0))
         self.send_response(405)
         self.send_header("Content-Length", "0")
         self.end_headers()
-        self.sent.append(("HEAD", 0))
 
     def do_GET(self) -> None:
         rng = self.headers.get("Range", "")
         start, end = (int(x) for x in rng.removeprefix("bytes=").split("-"))
         body = BODY[start : end + 1]
+        self.sent.append(("GET", len(body)))
         self.send_response(206)
         self.send_header("Content-Range", f"bytes {start}-{end}/{len(BODY)}")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
-        self.sent.append(("GET", len(body)))
 
 
 @pytest.fixture
