@@ -198,13 +198,30 @@ def error_collecting_worker_config(num_workers: int = 0) -> tuple[Any, list[str]
     return wc, errors
 
 
+def energon_dataset(path: str, fmt: Any, worker_config: Any) -> Any:
+    """megatron-energon's train dataset of one published dataset (a path or an ``msc://`` URL), read once
+    in order with the reader its sample format ``fmt`` names."""
+    from megatron.energon import get_train_dataset
+
+    return get_train_dataset(
+        path,
+        worker_config=worker_config,
+        batch_size=None,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
+        task_encoder=fmt.read_encoder(),
+        repeat=False,
+        **({"dataset_config": fmt.read_config} if fmt.read_config else {}),
+    )
+
+
 def load_energon_samples(out: str | Path, limit: int) -> tuple[list[Any], dict[str, dict[str, Any]]]:
     """Up to ``limit`` samples of the run in ``out``: every published dataset loaded through megatron-energon
     with the reader its sample format names (the bridge format through vlmforge's reader of Bridge's parts,
     so Megatron-Bridge need not be installed; the crude one through the project's cooker), and the run's
     ``ok`` sample rows by key. Asserts that the loader reported no error and that every sample is a
     ``ChatSample`` with as many images and videos as its row."""
-    from megatron.energon import get_loader, get_train_dataset
+    from megatron.energon import get_loader
 
     from vlmforge.energon import ChatSample
     from vlmforge.tasks.ops.query import run_query
@@ -217,16 +234,7 @@ def load_energon_samples(out: str | Path, limit: int) -> tuple[list[Any], dict[s
     assert datasets, f"no published dataset under {out}/energon"
     for path in datasets:
         fmt = format_of_dataset(path)
-        ds = get_train_dataset(
-            str(path),
-            worker_config=wc,
-            batch_size=None,
-            shuffle_buffer_size=None,
-            max_samples_per_sequence=None,
-            task_encoder=fmt.read_encoder(),
-            repeat=False,
-            **({"dataset_config": fmt.read_config} if fmt.read_config else {}),
-        )
+        ds = energon_dataset(str(path), fmt, wc)
         for _, item in zip(range(limit - len(samples)), get_loader(ds), strict=False):
             for sample in item if isinstance(item, list) else [item]:
                 assert isinstance(sample, ChatSample)

@@ -64,8 +64,8 @@ def test_out_on_s3_writes_the_local_runs_bytes(
 def loaded_from_s3(endpoint: str, dataset: str, tmp_path: Path) -> list[str]:
     """Keys of every sample of ``s3://BUCKET/<dataset>`` as megatron-energon loads it with the format's
     reader, over an MSC profile for the bucket (credentials from the environment, as boto3 finds them)."""
-    from conftest import error_collecting_worker_config
-    from megatron.energon import get_loader, get_train_dataset
+    from conftest import energon_dataset, error_collecting_worker_config
+    from megatron.energon import get_loader
 
     from vlmforge.tasks.publish.formats import get_format
 
@@ -78,16 +78,7 @@ def loaded_from_s3(endpoint: str, dataset: str, tmp_path: Path) -> list[str]:
     wc, errors = error_collecting_worker_config()
     with pytest.MonkeyPatch.context() as env:
         env.setenv("MSC_CONFIG", str(config))
-        ds = get_train_dataset(
-            f"msc://out/{dataset}",
-            worker_config=wc,
-            batch_size=None,
-            shuffle_buffer_size=None,
-            max_samples_per_sequence=None,
-            task_encoder=fmt.read_encoder(),
-            repeat=False,
-            **({"dataset_config": fmt.read_config} if fmt.read_config else {}),
-        )
+        ds = energon_dataset(f"msc://out/{dataset}", fmt, wc)
         keys = [sample.__key__ for sample in get_loader(ds)]
     assert errors == []
     return keys
