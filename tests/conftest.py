@@ -140,31 +140,11 @@ def tree_hashes(root: Path) -> dict[str, str]:
 PER_RUN = ("quality/", "runs/", "manifests/runs/", "manifests/subsets/")
 
 
-def _timeless_part(data: bytes) -> bytes:
-    """A ``samples`` part's rows and key-value metadata, its batch stats without their clock readings
-    (``seconds``, ``*_seconds``): the rest of the part two runs of one batch write alike."""
-    import json
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(io.BytesIO(data))
-    meta = dict(table.schema.metadata or {})
-    if b"vlmforge.stats" in meta:
-        stats = json.loads(meta[b"vlmforge.stats"])
-        kept = {k: v for k, v in stats.items() if k != "seconds" and not k.endswith("_seconds")}
-        meta[b"vlmforge.stats"] = json.dumps(kept, sort_keys=True).encode()
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema.with_metadata(meta)) as writer:
-        writer.write_table(table.replace_schema_metadata(meta))
-    return bytes(sink.getvalue())
-
-
 def output_hashes(out: str) -> dict[str, str]:
     """sha256 of every file (object) under the output ``out`` (a folder or an fsspec URL such as
     ``s3://bucket/prefix``) by relative path, the run's own records (:data:`PER_RUN`) and Energon's
-    ``index.uuid`` and ``index.sqlite`` left out, and a ``samples`` part hashed without the clock readings
-    of its batch stats (:func:`_timeless_part`): what two runs of the same release must write alike."""
+    ``index.uuid`` and ``index.sqlite`` left out: what two runs of the same release must write alike (a
+    ``samples`` part's batch stats hold no clock reading nor transfer figure)."""
     import fsspec
 
     fs, root = fsspec.core.url_to_fs(out)
@@ -177,8 +157,6 @@ def output_hashes(out: str) -> dict[str, str]:
         if rel.startswith(PER_RUN) or name in ("index.uuid", "index.sqlite"):
             continue
         data = fs.cat_file(path)
-        if rel.startswith("manifests/samples/"):
-            data = _timeless_part(data)
         hashes[rel] = hashlib.sha256(data).hexdigest()
     return hashes
 

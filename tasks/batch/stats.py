@@ -1,5 +1,10 @@
 """The counts of one batch (:class:`BatchStats`): committed in its samples part's metadata, merged with ``+``
-(datatrove-style) into subset and run totals, and read back when a rerun skips a current batch."""
+(datatrove-style) into subset and run totals, and read back when a rerun skips a current batch.
+
+Only the counts the batch's input decides are committed (:meth:`BatchStats.committed`): clock readings and
+transfer figures depend on the attempt (a batch retried after a lost node finds in the store what its first
+attempt fetched), and a rerun after a crash must write the same bytes. They reach the run's record from the
+batch task's return value."""
 
 from __future__ import annotations
 
@@ -66,14 +71,22 @@ class BatchStats:
         else:
             self.dropped += 1
 
+    def committed(self) -> dict[str, Any]:
+        """The counts the batch's input decides, as its samples part records them."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _ATTEMPT_ONLY}
+
     def as_done_earlier(self) -> BatchStats:
         """These committed stats as a skipped batch of a later run: work done by an earlier run is not this
-        run's, so the per-stage times and media figures are zeroed."""
-        zeroed = {name: type(getattr(self, name))() for name in _RUN_ONLY}
+        run's, so its times and transfer figures are zeroed (a part never records them)."""
+        zeroed = {name: type(getattr(self, name))() for name in _ATTEMPT_ONLY}
         return BatchStats(**(vars(self) | zeroed | {"skipped_batches": 1}))
 
 
-_RUN_ONLY = (
+# What one attempt at a batch measured: this run's work, not the batch's outcome.
+_ATTEMPT_ONLY = (
+    "seconds",
+    "fetched",
+    "fetch_bytes",
     "setup_seconds",
     "parse_seconds",
     "media_seconds",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict
 
 from ...schemas.config import RunConfig
 from ...schemas.records import SubsetEntry
@@ -63,7 +62,13 @@ def write_batch(
         write_records_part(layout, entry.subset, index, parts.records, fingerprint)
     clock.into(stats)
     write_part(
-        layout, "samples", entry.subset, index, parts.samples, fingerprint=fingerprint, stats=asdict(stats)
+        layout,
+        "samples",
+        entry.subset,
+        index,
+        parts.samples,
+        fingerprint=fingerprint,
+        stats=stats.committed(),
     )
 
 
