@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,11 +27,11 @@ from ..tasks.catalog import (
     with_recipe_fingerprints,
     write_subsets_row,
 )
-from ..tasks.gate import load_overrides, record_run
+from ..tasks.gate import GateResult, load_overrides, record_run
 from ..tasks.manifests import OutputLayout, remove_parts_from
 from ..tasks.ops import RUN_WIDE, StageTime, batch_stage_times, write_stage_times
 from ..tasks.publish import (
-    ShardsGateFailed,
+    PublishResult,
     energon_view,
     metadataset_val_problem,
     publish_metadataset,
@@ -42,10 +41,19 @@ from ..tasks.staging import as_released, stage_run_source
 from ..tasks.storage import ContentStore, OutputFullError, atomic_write_bytes
 from . import progress
 from .docs_link import served_docs_url
+from .grouping import StageQueues, pack_batches
 from .run_names import run_name
 from .runtime import LoopbackRayTaskRunner, configured_api_url, hand_back_freed_memory
 from .schedule import GATE, PUBLISH, VALIDATE, StageSpans, SubsetSchedule
-from .stage_tasks import build_batch_task, gate_task, publish_task, quality_docs_task, validate_task
+from .stage_tasks import (
+    SubsetFailure,
+    build_batch_task,
+    gate_task,
+    group_label,
+    publish_task,
+    quality_docs_task,
+    validate_task,
+)
 from .summary import RunSummary, SubsetOutcome, failures_markdown, summary_markdown
 
 
@@ -191,17 +199,21 @@ def _catalog_stage(run: _Run, given: RunConfig) -> tuple[RunConfig, list[SubsetE
 
 @dataclass
 class _Pending:
-    """A submitted task the work loop waits for: its kind, its subset's entry and outcome."""
+    """A submitted task the work loop waits for: its kind and its group (batches or subsets)."""
 
     kind: str
-    entry: SubsetEntry
-    outcome: SubsetOutcome
+    units: list[tuple[SubsetEntry, int]]  # batches: (subset, batch index); a stage: (subset, 0) each
+
+    @property
+    def entries(self) -> list[SubsetEntry]:
+        return [e for e, _ in self.units]
 
 
 def _work_stage(run: _Run, cfg: RunConfig, entries: list[SubsetEntry], summary: RunSummary) -> None:
     """Every batch of every subset through a sliding window (a finished batch makes room for the next, so
     one slow batch never idles the cluster); a subset's gate, publish and read-back start as soon as its own
-    batches are done, while other subsets' batches still run. A subset's error is kept, not raised."""
+    batches are done, while other subsets' batches still run. Small work is grouped into tasks
+    (:mod:`.grouping`). A subset's error is kept, not raised."""
     from prefect.futures import PrefectFuture, as_completed
 
     outcomes = {o.subset: o for o in summary.subsets}
@@ -209,79 +221,113 @@ def _work_stage(run: _Run, cfg: RunConfig, entries: list[SubsetEntry], summary: 
     schedule = SubsetSchedule(
         ((e.subset, len(e.batch_offsets) - 1) for e in entries), skip_gate=cfg.gate.skip_gate
     )
-    work = [(e, i) for e in entries for i in range(len(e.batch_offsets) - 1)]
     cpus = _cluster_cpus(cfg)
+    work = [(e, i) for e in entries for i in range(len(e.batch_offsets) - 1)]
+    todo = iter(pack_batches(work, cfg.batches.batch_lines, _window(cpus)))
+    queues: StageQueues[SubsetEntry] = StageQueues((GATE, PUBLISH, VALIDATE), slots=cpus)
     clock = StageSpans()
     pending: dict[PrefectFuture[Any], _Pending] = {}
-    in_flight = [0]  # batches submitted and not yet finished
+    in_flight = [0]  # batch tasks submitted and not yet finished
     progress.subsets((e.subset, len(e.batch_offsets) - 1, e.rows) for e in entries)
     progress.stage("batches", len(work))
-    todo = iter(work)
 
-    def submit(kind: str, e: SubsetEntry) -> None:
-        if clock.started(kind) and kind != "batches":
-            progress.stage(kind, len(entries))
-        progress.subset_stage(e.subset, kind)
-        start: dict[str, Callable[[], PrefectFuture[Any]]] = {
-            GATE: lambda: gate_task.submit(cfg, e, run.run_id),
-            PUBLISH: lambda: publish_task.submit(cfg, e.subset, run.run_id),
-            VALIDATE: lambda: validate_task.submit(cfg.out, e.subset),
-        }
-        fut = start[kind]()
-        pending[fut] = _Pending(kind, e, outcomes[e.subset])
+    def submit_ready() -> None:
+        for kind, group in queues.take():
+            if clock.started(kind):
+                progress.stage(kind, len(entries))
+            names = [e.subset for e in group]
+            for name in names:
+                progress.subset_stage(name, kind)
+            pending[_submit_stage(kind, cfg, group, run.run_id)] = _Pending(kind, [(e, 0) for e in group])
 
     def fill_window() -> None:
         while in_flight[0] < _window(cpus):
-            item = next(todo, None)
-            if item is None:
+            pack = next(todo, None)
+            if pack is None:
                 return
-            e, i = item
             clock.started("batches")
+            label = group_label([f"{e.subset} batch {i}/{len(e.batch_offsets) - 1}" for e, i in pack])
             # as many batches fetch at once as the cluster has CPUs: they split the per-host limits
-            fut = build_batch_task.submit(e, i, len(e.batch_offsets) - 1, cfg, cpus)
-            pending[fut] = _Pending("batches", e, outcomes[e.subset])
+            pending[build_batch_task.submit(pack, cfg, cpus, label)] = _Pending("batches", pack)
             in_flight[0] += 1
 
     def then(stage: str | None, e: SubsetEntry) -> None:
         if stage is not None:
-            submit(stage, e)
+            queues.add(stage, e)
 
     for subset in schedule.ready_now():  # no batch at all (an empty JSONL)
         then(_batches_done(run, schedule, outcomes[subset], subset, cfg), by_name[subset])
     fill_window()
+    submit_ready()
     while pending:
         fut = next(as_completed(list(pending)))
         p = pending.pop(fut)
         if p.kind == "batches":
             in_flight[0] -= 1
             fill_window()
-            then(_batch_finished(run, schedule, fut, p, cfg, clock), p.entry)
-        elif p.kind == GATE:
-            then(_gate_finished(run, schedule, fut, p, clock), p.entry)
-        elif p.kind == PUBLISH:
-            then(_publish_finished(schedule, fut, p, clock), p.entry)
+            for e, nxt in _batches_finished(run, schedule, fut, p, cfg, clock, outcomes):
+                then(nxt, e)
         else:
-            _validate_finished(run, schedule, fut, p, clock)
+            queues.done(p.kind)
+            results = _group_results(fut, len(p.units))
+            for e, res in zip(p.entries, results, strict=True):
+                o = outcomes[e.subset]
+                if p.kind == GATE:
+                    then(_gate_finished(run, schedule, res, o, clock), e)
+                elif p.kind == PUBLISH:
+                    then(_publish_finished(schedule, res, o, clock), e)
+                else:
+                    _validate_finished(run, schedule, res, o, clock)
+        submit_ready()
     run.times.extend(clock.times())
     summary.events = schedule.events
 
 
-def _batch_finished(
-    run: _Run, schedule: SubsetSchedule, fut: Any, p: _Pending, cfg: RunConfig, clock: StageSpans
-) -> str | None:
-    progress.advance("batches")
+def _submit_stage(kind: str, cfg: RunConfig, group: list[SubsetEntry], run_id: str) -> Any:
+    """The task of stage ``kind`` for the subsets of ``group``."""
+    names = [e.subset for e in group]
+    label = group_label(names)
+    if kind == GATE:
+        return gate_task.submit(cfg, group, run_id, label)
+    if kind == PUBLISH:
+        return publish_task.submit(cfg, names, run_id, label)
+    return validate_task.submit(cfg.out, names, label)
+
+
+def _group_results(fut: Any, n: int) -> list[Any]:
+    """A stage task's per-subset results; a task that failed as a whole fails each of its subsets."""
     try:
-        res: BatchStats | str = fut.result()
+        results: list[Any] = fut.result()
+    except Exception as exc:  # noqa: BLE001 - a lost task holds its subsets back, others go on
+        return [SubsetFailure.of(exc)] * n
+    return results
+
+
+def _batches_finished(
+    run: _Run,
+    schedule: SubsetSchedule,
+    fut: Any,
+    p: _Pending,
+    cfg: RunConfig,
+    clock: StageSpans,
+    outcomes: dict[str, SubsetOutcome],
+) -> list[tuple[SubsetEntry, str | None]]:
+    """A batch task's batches are in: the subsets whose last batch this was, with the stage each goes to."""
+    try:
+        results: list[BatchStats | str] = fut.result()
     except Exception as exc:  # noqa: BLE001 - one subset's failure must not stop the others
         if isinstance(exc, OutputFullError):  # no other batch can succeed either: stop, resume later
             raise
-        res = f"batch failed: {type(exc).__name__}: {exc}"
-    clock.finished("batches", res.lines if isinstance(res, BatchStats) else 0)
-    done = res if isinstance(res, BatchStats) else BatchStats()
-    progress.batch_finished(p.entry.subset, done.lines, done.images, done.skipped_batches > 0)
-    if not schedule.batch_done(p.entry.subset, res):
-        return None
-    return _batches_done(run, schedule, p.outcome, p.entry.subset, cfg)
+        results = [f"batch failed: {type(exc).__name__}: {exc}"] * len(p.units)
+    finished = []
+    for (entry, _), res in zip(p.units, results, strict=True):
+        progress.advance("batches")
+        clock.finished("batches", res.lines if isinstance(res, BatchStats) else 0)
+        done = res if isinstance(res, BatchStats) else BatchStats()
+        progress.batch_finished(entry.subset, done.lines, done.images, done.skipped_batches > 0)
+        if schedule.batch_done(entry.subset, res):
+            finished.append((entry, _batches_done(run, schedule, outcomes[entry.subset], entry.subset, cfg)))
+    return finished
 
 
 def _batches_done(
@@ -303,17 +349,13 @@ def _batches_done(
 
 
 def _gate_finished(
-    run: _Run, schedule: SubsetSchedule, fut: Any, p: _Pending, clock: StageSpans
+    run: _Run, schedule: SubsetSchedule, gate: GateResult | SubsetFailure, o: SubsetOutcome, clock: StageSpans
 ) -> str | None:
-    o = p.outcome
     clock.finished(GATE)
-    try:
-        gate = fut.result()
-    except Exception as exc:  # noqa: BLE001 - a broken gate holds the subset back, others go on
-        o.gate = f"not run ({type(exc).__name__}: {exc})"
+    progress.advance(GATE, subset=o.subset)
+    if isinstance(gate, SubsetFailure):  # a broken gate holds the subset back, others go on
+        o.gate = f"not run ({gate.message})"
         return schedule.gate_done(o.subset, passed=False)
-    finally:
-        progress.advance(GATE, subset=o.subset)
     o.gate = gate.summary()
     if not gate.passed:
         run.logger.warning("gate failed for %s: %s", o.subset, o.gate)
@@ -323,29 +365,26 @@ def _gate_finished(
     return nxt
 
 
-def _publish_finished(schedule: SubsetSchedule, fut: Any, p: _Pending, clock: StageSpans) -> str | None:
-    o = p.outcome
-    try:
-        pub = fut.result()
-    except ShardsGateFailed as exc:
-        o.gate = f"failed: {exc}"
-    except Exception as exc:  # noqa: BLE001
-        o.error = f"publish failed: {type(exc).__name__}: {exc}"
+def _publish_finished(
+    schedule: SubsetSchedule, pub: PublishResult | SubsetFailure, o: SubsetOutcome, clock: StageSpans
+) -> str | None:
+    if isinstance(pub, SubsetFailure):
+        if pub.shards_gate:
+            o.gate = f"failed: {pub.detail}"
+        else:
+            o.error = f"publish failed: {pub.message}"
     else:
         o.published, o.shards = True, pub.shards
-    finally:
-        progress.advance(PUBLISH, subset=o.subset)
+    progress.advance(PUBLISH, subset=o.subset)
     clock.finished(PUBLISH, int(o.published))
     return schedule.publish_done(o.subset, published=o.published)
 
 
-def _validate_finished(run: _Run, schedule: SubsetSchedule, fut: Any, p: _Pending, clock: StageSpans) -> None:
+def _validate_finished(
+    run: _Run, schedule: SubsetSchedule, validation: str | SubsetFailure, o: SubsetOutcome, clock: StageSpans
+) -> None:
     """The published dataset read back as a trainer would."""
-    o = p.outcome
-    try:
-        o.validation = fut.result()
-    except Exception as exc:  # noqa: BLE001
-        o.validation = f"failed: {type(exc).__name__}: {exc}"
+    o.validation = f"failed: {validation.message}" if isinstance(validation, SubsetFailure) else validation
     progress.advance(VALIDATE, subset=o.subset)
     clock.finished(VALIDATE)
     schedule.validate_done(o.subset)

@@ -1,12 +1,20 @@
 """The Prefect tasks a run submits to Ray: one thin wrapper per stage function of ``vlmforge.tasks``.
 
+Each takes a group: several batches, or several subsets, worked one after another in one task. At the
+release's shape (76 subsets, most of them small) a task of its own per subset and stage cost more than the
+work (~0.5 CPU-s of Prefect task engine, API calls and Ray dispatch each), so the flow groups what is ready
+at once (:mod:`.pipeline`). One subset's failure in a group is its own result, never the group's.
+
 Each names its task runs for the Prefect UI, sets its retries, and hands back what it freed when it ends
 (:func:`~.runtime.returns_freed_memory`): a Ray worker runs one task after another for the whole run.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from prefect import get_run_logger, task
 
@@ -15,12 +23,31 @@ from ..schemas.records import SubsetEntry
 from ..tasks.batch import BatchStats, build_batch
 from ..tasks.gate import GateResult, gate_subset, load_overrides, record_gate
 from ..tasks.manifests import OutputLayout
-from ..tasks.publish import EmptyTrainSplitError, PublishResult, publish_subset, shards_check, validate_subset
+from ..tasks.publish import (
+    EmptyTrainSplitError,
+    PublishResult,
+    ShardsGateFailed,
+    publish_subset,
+    shards_check,
+    validate_subset,
+)
 from ..tasks.storage import OutputFullError
 from .runtime import returns_freed_memory
 from .summary import publish_quality
 
-__all__ = ["build_batch_task", "gate_task", "publish_task", "quality_docs_task", "validate_task"]
+T = TypeVar("T")
+RETRY_DELAY_S = 5
+BATCH_RETRIES = 2
+
+__all__ = [
+    "SubsetFailure",
+    "build_batch_task",
+    "gate_task",
+    "group_label",
+    "publish_task",
+    "quality_docs_task",
+    "validate_task",
+]
 
 
 def _not_disk_full(task: Any, task_run: Any, state: Any) -> bool:
@@ -35,49 +62,126 @@ def _not_disk_full(task: Any, task_run: Any, state: Any) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class SubsetFailure:
+    """One subset's stage raised inside a group task: the other subsets of the task go on."""
+
+    error: str  # the exception's type
+    detail: str  # its message
+    shards_gate: bool = False  # the staged dataset failed the ``shards`` suite (a gate verdict, not an error)
+
+    @classmethod
+    def of(cls, exc: BaseException) -> SubsetFailure:
+        return cls(type(exc).__name__, str(exc), isinstance(exc, ShardsGateFailed))
+
+    @property
+    def message(self) -> str:
+        """``<type>: <message>``, as the run's summary shows an error."""
+        return f"{self.error}: {self.detail}"
+
+
+def group_label(items: Sequence[str], shown: int = 4) -> str:
+    """A group task's name for the Prefect UI: its first ``shown`` items and how many more."""
+    more = f" +{len(items) - shown} more" if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more
+
+
+def _each(subsets: Sequence[str], work: Callable[[str], T], *, retries: int = 0) -> list[T | SubsetFailure]:
+    """``work`` for each subset in turn, one subset's exception kept as its :class:`SubsetFailure`; a failure
+    is tried again ``retries`` times unless a retry would fail the same way."""
+    out: list[T | SubsetFailure] = []
+    for subset in subsets:
+        for attempt in range(retries + 1):
+            try:
+                out.append(work(subset))
+                break
+            except (OutputFullError, EmptyTrainSplitError, ShardsGateFailed) as exc:
+                out.append(SubsetFailure.of(exc))
+                break
+            except Exception as exc:  # noqa: BLE001 - one subset's failure must not stop the others
+                if attempt == retries:
+                    out.append(SubsetFailure.of(exc))
+                else:
+                    time.sleep(RETRY_DELAY_S)
+    return out
+
+
 @task(
     name="build-batch",
     retry_condition_fn=_not_disk_full,
-    task_run_name="build {entry.subset} batch {index}/{n_batches}",
+    task_run_name="build {label}",
     retries=2,
-    retry_delay_seconds=5,
+    retry_delay_seconds=RETRY_DELAY_S,
 )
 @returns_freed_memory
 def build_batch_task(
-    entry: SubsetEntry, index: int, n_batches: int, cfg: RunConfig, host_share: int = 1
-) -> BatchStats:
-    return build_batch(entry, index, cfg, host_share=host_share)
+    units: list[tuple[SubsetEntry, int]], cfg: RunConfig, host_share: int = 1, label: str = ""
+) -> list[BatchStats | str]:
+    """Batches, one after another (small subsets' batches share a task: a task costs more than their
+    work). A batch's failure is its error text; a full output volume stops the task (no batch can succeed).
+    A retried task skips the batches it committed (they are current)."""
+    out: list[BatchStats | str] = []
+    for entry, index in units:
+        for attempt in range(BATCH_RETRIES + 1):
+            try:
+                out.append(build_batch(entry, index, cfg, host_share=host_share))
+                break
+            except OutputFullError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the other batches of the task go on
+                if attempt == BATCH_RETRIES:
+                    out.append(f"batch failed: {type(exc).__name__}: {exc}")
+                else:
+                    time.sleep(RETRY_DELAY_S)
+    return out
 
 
-@task(name="gate", task_run_name="gate {entry.subset}")
+@task(name="gate", task_run_name="gate {label}")
 @returns_freed_memory
-def gate_task(cfg: RunConfig, entry: SubsetEntry, run_id: str) -> GateResult:
-    result = gate_subset(cfg, entry, run_id=run_id, overrides=load_overrides(cfg.gate.gate_overrides))
-    record_gate(OutputLayout(cfg.out), run_id, result)
-    return result
+def gate_task(
+    cfg: RunConfig, entries: list[SubsetEntry], run_id: str, label: str = ""
+) -> list[GateResult | SubsetFailure]:
+    """The gate of each subset of the group, in one process (one Great Expectations context)."""
+    overrides = load_overrides(cfg.gate.gate_overrides)
+    layout = OutputLayout(cfg.out)
+    by_name = {e.subset: e for e in entries}
+
+    def gate(subset: str) -> GateResult:
+        result = gate_subset(cfg, by_name[subset], run_id=run_id, overrides=overrides)
+        record_gate(layout, run_id, result)
+        return result
+
+    return _each(list(by_name), gate)
 
 
 @task(
     name="publish",
-    task_run_name="publish {subset}",
+    task_run_name="publish {label}",
     retries=1,
-    retry_delay_seconds=5,
+    retry_delay_seconds=RETRY_DELAY_S,
     retry_condition_fn=_not_disk_full,
 )
 @returns_freed_memory
-def publish_task(cfg: RunConfig, subset: str, run_id: str) -> PublishResult:
+def publish_task(
+    cfg: RunConfig, subsets: list[str], run_id: str, label: str = ""
+) -> list[PublishResult | SubsetFailure]:
+    """Each subset of the group published in turn; a failed publish is tried once more."""
     layout = OutputLayout(cfg.out)
-    # The shards suite checks the staged dataset before the swap (skipped with the rest of the gate).
-    check = None if cfg.gate.skip_gate else shards_check(layout, subset, run_id=run_id)
-    return publish_subset(
-        layout,
-        subset,
-        shard_max_bytes=cfg.shards.shard_max_bytes,
-        shard_max_samples=cfg.shards.shard_max_samples,
-        sample_format=cfg.shards.sample_format,
-        store=cfg.store_url,
-        check=check,
-    )
+
+    def publish(subset: str) -> PublishResult:
+        # The shards suite checks the staged dataset before the swap (skipped with the rest of the gate).
+        check = None if cfg.gate.skip_gate else shards_check(layout, subset, run_id=run_id)
+        return publish_subset(
+            layout,
+            subset,
+            shard_max_bytes=cfg.shards.shard_max_bytes,
+            shard_max_samples=cfg.shards.shard_max_samples,
+            sample_format=cfg.shards.sample_format,
+            store=cfg.store_url,
+            check=check,
+        )
+
+    return _each(subsets, publish, retries=1)
 
 
 @task(name="quality-docs", task_run_name="quality docs")
@@ -89,9 +193,13 @@ def quality_docs_task(out: str, run_id: str, served_url: str | None = None) -> s
     return publish_quality(OutputLayout(out), run_id, get_run_logger(), served_url)
 
 
-@task(name="validate", task_run_name="validate {subset}")
+@task(name="validate", task_run_name="validate {label}")
 @returns_freed_memory
-def validate_task(out: str, subset: str) -> str:
-    """Read the published dataset back through megatron-energon and the cooker (a sample of each split)."""
-    report = validate_subset(out, subset, sample_limit=64)
-    return "ok" if report.ok else "failed: " + "; ".join(report.problems[:5])
+def validate_task(out: str, subsets: list[str], label: str = "") -> list[str | SubsetFailure]:
+    """Read each published dataset back through megatron-energon and the cooker (a sample of each split)."""
+
+    def validate(subset: str) -> str:
+        report = validate_subset(out, subset, sample_limit=64)
+        return "ok" if report.ok else "failed: " + "; ".join(report.problems[:5])
+
+    return _each(subsets, validate)
