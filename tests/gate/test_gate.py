@@ -288,6 +288,51 @@ def test_a_failure_quotes_the_offending_rows(bad_rows: tuple[Rows, Rows]) -> Non
     assert f"e.g. key={a['key']} copies=2 first_line={a['line']}" in line
 
 
+def _seq_len_line(samples: Rows, limit: int) -> str:
+    """The failure line of ``samples.within_seq_len`` at ``limit``, written out from the rows."""
+    over = sorted(
+        (r for r in _ok(samples) if r["total_tokens"] > limit), key=lambda r: (-r["total_tokens"], r["line"])
+    )
+    examples = "; ".join(
+        f"line={r['line']} sample_id={r['sample_id']} total_tokens={r['total_tokens']}" for r in over[:3]
+    )
+    found = over[0]["total_tokens"]
+    return f"samples: ok samples fit in seq_len ({limit} tokens): found {found} tokens; e.g. {examples}"
+
+
+def test_a_failure_is_told_in_full_though_passing_suites_are_validated_for_success_only(
+    bad_rows: tuple[Rows, Rows], tmp_path: Path
+) -> None:
+    """A suite is first validated for success only (:data:`FIRST_PASS`, cheaper) and again in detail when
+    an expectation failed: the failure line still quotes the value found and the offending rows, as does a
+    warn-only failure in a suite that passes, and the other suites still pass."""
+    samples, media = copy.deepcopy(bad_rows)
+    limit = sorted({r["total_tokens"] for r in _ok(samples)})[-3]  # two token counts above it
+    result = _gate(samples, media, seq_len=limit)
+    assert result.suites == {"samples": False, "media": True, "drift": True}
+    assert result.failures == [_seq_len_line(samples, limit)] and result.warnings == []
+    stored = result.results["samples"]["results"]
+    (failed,) = [r for r in stored if not r["success"]]
+    assert failed["result"]["partial_unexpected_counts"]  # the Data Docs' table of unexpected values
+    for suite in ("media", "drift"):
+        assert result.results[suite]["success"] and all(
+            r["success"] for r in result.results[suite]["results"]
+        )
+        assert len(result.results[suite]["results"]) == len(load_suite(suite)["expectations"])
+
+    user = tmp_path / "overrides.json"
+    user.write_text(
+        json.dumps({"subsets": {"bad_rows": {"expectations": {"samples.within_seq_len": "warn"}}}})
+    )
+    result = _gate(samples, media, seq_len=limit, overrides=load_overrides(user))
+    assert result.passed and result.suites == {"samples": True, "media": True, "drift": True}
+    assert result.failures == [] and result.warnings == [
+        f"{_seq_len_line(samples, limit)} (warn only: gate overrides)"
+    ]
+
+    assert _gate(samples, media).passed  # without the limit
+
+
 def test_the_unmodified_bad_rows_manifest_passes_with_its_override(bad_rows: tuple[Rows, Rows]) -> None:
     samples, media = copy.deepcopy(bad_rows)
     result = _gate(samples, media)
