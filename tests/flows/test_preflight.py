@@ -151,6 +151,7 @@ def test_options_that_contradict(release: Path, tmp_path: Path) -> None:
             "--fetch-concurrency 0: input should be greater than 0; --seq-len 0",
         ),
         (["--shard-size", "1XB"], "--shard-size 1XB: invalid size '1XB'"),
+        (["--batch-media", "0"], "--batch-media 0: input should be greater than 0"),
         (["--video-mode", "bogus"], "--video-mode: 'bogus' is not one of 'keep', 'frames'"),
         (["--max-pixels-x", "1"], "No such option: --max-pixels-x"),
         (["--accept-image-format", "zzz"], "--accept-image-format: image format(s) ZZZ unknown to Pillow"),
