@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from .count import SampleTokens, count_sample_tokens
 from .feed_paths import FEED_PATHS, FeedPath
-from .seq_len import SeqLenFit, apply_seq_len, fit_seq_len, needs_layout
+from .seq_len import SeqLenFit, fit_seq_len, needs_layout
 from .text import TextTokenizer
 from .token_input import TokenInput
 
@@ -13,7 +13,6 @@ __all__ = [
     "SeqLenFit",
     "TextTokenizer",
     "TokenInput",
-    "apply_seq_len",
     "count_sample_tokens",
     "fit_seq_len",
     "needs_layout",

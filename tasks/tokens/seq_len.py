@@ -19,21 +19,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ...schemas.presets import ModelPreset
 from ...schemas.reasons import reason
-from ..geometry import ExpandedText, VideoSpec
-from .count import SampleTokens, expand_sample
+from ..geometry import ExpandedText
+from .count import SampleTokens
 from .text import TextTokenizer
 
 __all__ = [
     "SeqLenFit",
     "SeqLenMode",
     "SequenceLayout",
-    "apply_seq_len",
     "fit_seq_len",
     "layout_of",
     "needs_layout",
-    "sequence_layout",
 ]
 
 SeqLenMode = Literal["drop", "truncate"]
@@ -120,23 +117,6 @@ def layout_of(
     return SequenceLayout(total=total, last_visual_end=last_visual_end, first_supervised=first_supervised)
 
 
-def sequence_layout(
-    messages: Sequence[Mapping[str, Any]],
-    preset: ModelPreset,
-    tokenizer: TextTokenizer,
-    image_sizes: Sequence[tuple[int, int]],
-    videos: Sequence[VideoSpec],
-    *,
-    max_pixels: int | None = None,
-) -> SequenceLayout:
-    """:func:`layout_of` the processor's sequence (:func:`~.count.expand_sample`)."""
-
-    def expand(msgs: Sequence[Mapping[str, Any]]) -> ExpandedText:
-        return expand_sample(msgs, preset, image_sizes, videos, max_pixels=max_pixels)
-
-    return layout_of(expand, messages, tokenizer)
-
-
 def needs_layout(tokens: SampleTokens, seq_len: int | None, mode: SeqLenMode) -> bool:
     """Whether :func:`fit_seq_len` needs the sample's layout (a too-long sample in truncate mode)."""
     return mode == "truncate" and seq_len is not None and tokens.total_tokens > seq_len
@@ -151,7 +131,7 @@ def fit_seq_len(
     label_reach: int = 0,
 ) -> SeqLenFit:
     """Apply ``--seq-len`` to one counted sample. ``layout`` is needed only when ``mode == "truncate"`` and
-    the sample is too long (see :func:`apply_seq_len`, which computes it only then). ``label_reach``: how
+    the sample is too long (:func:`needs_layout`; a feed path's ``layout`` computes it). ``label_reach``: how
     many tokens past the cut still train as targets (1 where the trainer shifts its labels before it cuts,
     as Megatron-Bridge's collate does: the token right after the cut is the last position's target)."""
     text, total = tokens.text_tokens, tokens.total_tokens
@@ -188,23 +168,3 @@ def fit_seq_len(
         )
     cut = total - seq_len
     return SeqLenFit("truncated", None, text - cut, seq_len, truncated_tokens=cut)
-
-
-def apply_seq_len(
-    messages: Sequence[Mapping[str, Any]],
-    preset: ModelPreset,
-    tokenizer: TextTokenizer,
-    image_sizes: Sequence[tuple[int, int]],
-    videos: Sequence[VideoSpec],
-    tokens: SampleTokens,
-    *,
-    seq_len: int | None,
-    mode: SeqLenMode = "drop",
-    max_pixels: int | None = None,
-) -> SeqLenFit:
-    """:func:`fit_seq_len` with the layout computed only for a too-long sample in truncate mode (the same
-    arguments as :func:`~vlmforge.tasks.tokens.count.count_sample_tokens`, plus its result)."""
-    layout = None
-    if needs_layout(tokens, seq_len, mode):
-        layout = sequence_layout(messages, preset, tokenizer, image_sizes, videos, max_pixels=max_pixels)
-    return fit_seq_len(tokens, seq_len, mode=mode, layout=layout)

@@ -23,7 +23,9 @@ from vlmforge.tasks.geometry.media_tokens import image_tokens, sample_video_fram
 from vlmforge.tasks.geometry.preset_loading import load_preset
 from vlmforge.tasks.geometry.resize_rule import AspectRatioError, smart_resize
 from vlmforge.tasks.tokens.count import count_sample_tokens
+from vlmforge.tasks.tokens.feed_paths import ProcessorFeed
 from vlmforge.tasks.tokens.text import TextTokenizer, render_chat
+from vlmforge.tasks.tokens.token_input import TokenInput
 
 MB = {"min_pixels": 200704, "max_pixels": 1003520}  # Megatron-Bridge QwenVL task encoder defaults
 SIZES = [(1080, 1920), (480, 640), (4000, 3000), (224, 224), (28, 5000)]  # H x W
@@ -694,11 +696,9 @@ def _long_answer(n_images: int = 1, words: int = 200) -> list[dict[str, Any]]:
 
 @needs_qwen_vocab
 def test_seq_len_layout_is_exact(q25: ModelPreset, qwen_tok: TextTokenizer) -> None:
-    from vlmforge.tasks.tokens.seq_len import sequence_layout
-
     msgs = _long_answer(2)
     sizes = [(480, 640), (224, 224)]
-    lay = sequence_layout(msgs, q25, qwen_tok, sizes, [])
+    lay = ProcessorFeed().layout(TokenInput(msgs, sizes, [], q25, qwen_tok, None))
     ids = qwen_tok.encode(render_chat(msgs, q25)[0])
     # in the real sequence the pads repeat: find the last <|vision_end|> and the assistant header
     pads = {151655: [391, 64]}
@@ -715,15 +715,15 @@ def test_seq_len_layout_is_exact(q25: ModelPreset, qwen_tok: TextTokenizer) -> N
 
 @needs_qwen_vocab
 def test_seq_len_drop_and_truncate(q25: ModelPreset, qwen_tok: TextTokenizer) -> None:
-    from vlmforge.tasks.tokens.seq_len import apply_seq_len, sequence_layout
+    from vlmforge.tasks.tokens.seq_len import fit_seq_len, needs_layout
 
-    msgs = _long_answer(1)
-    sizes = [(480, 640)]
-    tokens = count_sample_tokens(msgs, q25, qwen_tok, sizes, [])
-    lay = sequence_layout(msgs, q25, qwen_tok, sizes, [])
+    sample = TokenInput(_long_answer(1), [(480, 640)], [], q25, qwen_tok, None)
+    tokens = sample.checked()
+    lay = ProcessorFeed().layout(sample)
 
-    def fit(seq_len: int | None, mode: str = "truncate") -> Any:
-        return apply_seq_len(msgs, q25, qwen_tok, sizes, [], tokens, seq_len=seq_len, mode=mode)  # type: ignore[arg-type]
+    def fit(seq_len: int | None, mode: str = "truncate") -> Any:  # as the batch's token step applies it
+        layout = lay if needs_layout(tokens, seq_len, mode) else None  # type: ignore[arg-type]
+        return fit_seq_len(tokens, seq_len, mode=mode, layout=layout)  # type: ignore[arg-type]
 
     assert fit(None).status == "ok" and fit(tokens.total_tokens).status == "ok"
     dropped = fit(tokens.total_tokens - 1, "drop")
@@ -740,8 +740,6 @@ def test_seq_len_drop_and_truncate(q25: ModelPreset, qwen_tok: TextTokenizer) ->
     assert no_answer.status == "dropped" and no_answer.reason is not None
     assert no_answer.reason.startswith("seq_len:") and "no supervised token" in no_answer.reason
     # a trainer that shifts its labels before it cuts (Bridge) still trains the token right after the cut
-    from vlmforge.tasks.tokens.seq_len import fit_seq_len
-
     reach = fit_seq_len(tokens, lay.first_supervised, mode="truncate", layout=lay, label_reach=1)
     assert reach.status == "truncated" and reach.total_tokens == lay.first_supervised
     gone = fit_seq_len(tokens, lay.first_supervised - 1, mode="truncate", layout=lay, label_reach=1)
@@ -755,16 +753,15 @@ def test_seq_len_drop_and_truncate(q25: ModelPreset, qwen_tok: TextTokenizer) ->
 
 @needs_qwen_vocab
 def test_seq_len_truncate_qwen3_video_groups(q3: ModelPreset, qwen_tok: TextTokenizer) -> None:
-    from vlmforge.tasks.tokens.seq_len import sequence_layout
-
     idx = sample_video_frames(q3, 300, 30.0)
     spec = VideoSpec(n_sampled_frames=len(idx), height=720, width=1280, indices=idx, video_fps=30.0)
     msgs = [
         {"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "Summarise."}]},
         {"role": "assistant", "content": [{"type": "text", "text": "Nothing moves."}]},
     ]
-    lay = sequence_layout(msgs, q3, qwen_tok, [], [spec])
-    total = count_sample_tokens(msgs, q3, qwen_tok, [], [spec]).total_tokens
+    sample = TokenInput(msgs, [], [spec], q3, qwen_tok, None)
+    lay = ProcessorFeed().layout(sample)
+    total = sample.checked().total_tokens
     assert lay.total == total
     # after the last group's <|vision_end|> come "Summarise.<|im_end|>\n<|im_start|>assistant\n"
     tail = qwen_tok.count("Summarise.<|im_end|>\n<|im_start|>assistant\n")
