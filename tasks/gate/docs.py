@@ -169,10 +169,12 @@ def _add_suites(ctx: Any) -> None:
 
 
 def _store_results(ctx: Any, run: RunQuality) -> dict[tuple[str, str], Any]:
-    """The run's recorded validation results in GX's store; returns their keys by (subset, suite)."""
-    from great_expectations.core.expectation_validation_result import (
-        expectationSuiteValidationResultSchema,
-    )
+    """The run's recorded validation results in GX's store; returns their keys by (subset, suite).
+
+    Each recorded result is GX's own JSON (``to_json_dict``), so it goes into the store's backend as that
+    JSON, which the site builder loads as it loads any stored result. Through ``store.set`` each was loaded
+    into objects and serialised back (a deep copy and a marshmallow dump): 37% of building the Data Docs of
+    76 subsets (304 results), for the same stored text."""
     from great_expectations.core.run_identifier import RunIdentifier
     from great_expectations.data_context.types.resource_identifiers import (
         ExpectationSuiteIdentifier,
@@ -180,22 +182,22 @@ def _store_results(ctx: Any, run: RunQuality) -> dict[tuple[str, str], Any]:
     )
 
     run_identifier = RunIdentifier(run_name=run.run_id, run_time=_run_time_of(run.run_id))
+    store = ctx.validation_results_store
     keys: dict[tuple[str, str], Any] = {}
     for sq in run.subsets.values():
         for result in sq.results:
             for suite, data in result.results.items():
-                validation = expectationSuiteValidationResultSchema.load(
-                    json.loads(json.dumps(data, default=str))
-                )
-                validation.meta["run_id"] = run_identifier
-                validation.meta["batch_spec"] = {
+                meta = dict(data.get("meta") or {})
+                meta["run_id"] = run_identifier.to_json_dict()
+                meta["batch_spec"] = {
                     "data_asset_name": f"{sq.subset} ({suite} profile)",
                     "batch_data": f"{suite} profile of subset {sq.subset}, aggregated by DuckDB",
                 }
                 key = ValidationResultIdentifier(
                     ExpectationSuiteIdentifier(name=suite), run_identifier, sq.subset
                 )
-                ctx.validation_results_store.set(key, validation)
+                text = json.dumps(data | {"meta": meta}, indent=2, sort_keys=True, default=str)
+                store.store_backend.set(store.key_to_tuple(key), text)
                 keys[(sq.subset, suite)] = key
     return keys
 
