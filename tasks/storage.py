@@ -115,6 +115,12 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(fs, p, text.encode())
 
 
+def read_text(path: str | Path, fs: AbstractFileSystem | None = None) -> str:
+    """The UTF-8 text of the file ``path`` on ``fs`` (default: the local file system)."""
+    data: bytes = (fs or fsspec.filesystem("file")).cat_file(str(path))
+    return data.decode("utf-8")
+
+
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

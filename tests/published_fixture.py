@@ -134,9 +134,9 @@ def write_manifests(out: str, spec: SubsetSpec, *, key_of: Callable[[int], str] 
 
 
 def build_out(
-    root: Path, specs: list[SubsetSpec], *, shard_max_samples: int = 4, sample_format: str = "crude"
+    root: Path | str, specs: list[SubsetSpec], *, shard_max_samples: int = 4, sample_format: str = "crude"
 ) -> str:
-    """An output folder with manifests and published Energon datasets for ``specs``."""
+    """An output (a folder or an fsspec URL) with manifests and published Energon datasets for ``specs``."""
     out = str(root)
     for spec in specs:
         write_manifests(out, spec)

@@ -13,10 +13,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from fsspec import AbstractFileSystem
 
 from ...schemas.sample_keys import SPLITS
 from ..manifests import OutputLayout
-from ..storage import is_local
+from ..storage import is_local, read_text
 from .samples import ShardInfo
 
 __all__ = [
@@ -52,9 +53,10 @@ def write_listing(root: Path, shards: list[tuple[ShardInfo, list[str]]]) -> None
     )
 
 
-def read_manifest(dataset: Path) -> list[dict[str, Any]]:
-    """The ``vlmforge-shards.json`` list of a dataset written by the shard writer."""
-    data = json.loads((Path(dataset) / MANIFEST_NAME).read_text(encoding="utf-8"))
+def read_manifest(dataset: Path | str, fs: AbstractFileSystem | None = None) -> list[dict[str, Any]]:
+    """The ``vlmforge-shards.json`` list of a dataset written by the shard writer (a folder, or the path of
+    one on ``fs``)."""
+    data = json.loads(read_text(f"{dataset}/{MANIFEST_NAME}", fs))
     if not isinstance(data, list):
         raise ValueError(f"{dataset}/{MANIFEST_NAME}: expected a list")
     return data

@@ -14,10 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import yaml
+from fsspec import AbstractFileSystem
 
 from ...schemas.sample_keys import SPLITS
-from ..storage import atomic_write_text
+from ..storage import atomic_write_bytes, atomic_write_text, read_text
 from .formats.sample_format import SampleFormat
 
 __all__ = [
@@ -46,29 +48,38 @@ def write_dataset_configs(meta: Path, fmt: SampleFormat) -> None:
         (meta / name).write_text(text, encoding="utf-8")
 
 
-def ensure_dataset_config(dataset: Path, parallel_shard_iters: int) -> str | None:
-    """The ``dataset_config`` name that loads ``dataset`` with at most ``parallel_shard_iters`` open shards
-    per loader worker (None for Energon's default of 16: plain ``dataset.yaml``).
+def ensure_dataset_config(
+    dataset: Path | str, parallel_shard_iters: int, fs: AbstractFileSystem | None = None
+) -> str | None:
+    """The ``dataset_config`` name that loads ``dataset`` (a folder, or the path of one on ``fs``) with at
+    most ``parallel_shard_iters`` open shards per loader worker (None for Energon's default of 16: plain
+    ``dataset.yaml``).
 
-    Datasets written by the shard writer ship ``dataset_psi{1,2,4,8}.yaml``; any other value is written on
-    demand from the dataset's own ``dataset.yaml`` (atomically; the content depends only on the value).
+    Datasets written by the shard writer ship ``dataset_psi{1,2,4,8}.yaml``; any other value (or one such
+    file missing) is written on demand from the dataset's own ``dataset.yaml`` (atomically, through ``fs``;
+    the content depends only on the value).
     """
     if parallel_shard_iters < 1:
         raise ValueError("parallel_shard_iters must be positive")
     if parallel_shard_iters >= 16:
         return None
-    meta = Path(dataset) / ".nv-meta"
+    fs = fs or fsspec.filesystem("file")
+    meta = f"{dataset}/.nv-meta"
     name = f"dataset_psi{parallel_shard_iters}.yaml"
-    text = _with_psi((meta / "dataset.yaml").read_text(encoding="utf-8"), parallel_shard_iters)
-    path = meta / name
-    if not path.is_file() or path.read_text(encoding="utf-8") != text:
-        atomic_write_text(path, text)
+    text = _with_psi(read_text(f"{meta}/dataset.yaml", fs), parallel_shard_iters)
+    try:
+        current: str | None = read_text(f"{meta}/{name}", fs)
+    except FileNotFoundError:
+        current = None
+    if current != text:
+        atomic_write_bytes(fs, f"{meta}/{name}", text.encode())
     return name
 
 
-def dataset_splits(dataset: Path) -> set[str]:
-    """Splits with at least one shard in ``.nv-meta/split.yaml``."""
-    data = yaml.safe_load((Path(dataset) / ".nv-meta" / "split.yaml").read_text(encoding="utf-8")) or {}
+def dataset_splits(dataset: Path | str, fs: AbstractFileSystem | None = None) -> set[str]:
+    """Splits with at least one shard in ``.nv-meta/split.yaml`` of ``dataset`` (a folder, or the path of
+    one on ``fs``)."""
+    data = yaml.safe_load(read_text(f"{dataset}/.nv-meta/split.yaml", fs)) or {}
     parts = data.get("split_parts") or {}
     return {split for split, shards in parts.items() if shards}
 

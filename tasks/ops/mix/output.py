@@ -4,20 +4,21 @@ a table for people."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ...manifests import OutputLayout
 from ...publish import ensure_dataset_config
-from ...storage import atomic_write_text
+from ...storage import atomic_write_bytes, is_local
 from .plan import DEFAULT_MAX_OPEN_FILES, By, MixPlan, plan_mix
 
 __all__ = ["format_mix", "write_mix"]
 
 
-def _yaml_text(plan: MixPlan, root: Path) -> str:
+def _yaml_text(plan: MixPlan, configs: dict[str, str | None]) -> str:
+    """The MetadatasetV2 text of ``plan``; ``configs``: the ``dataset_config`` of each subset (None: the
+    dataset's ``dataset.yaml``)."""
     train: list[dict[str, Any]] = []
     for entry in plan.entries:
         leaf: dict[str, Any] = {
@@ -25,7 +26,7 @@ def _yaml_text(plan: MixPlan, root: Path) -> str:
             "path": f"./{entry.subset}",
             "subflavors": {"source": entry.subset},
         }
-        config = ensure_dataset_config(root / entry.subset, entry.parallel_shard_iters)
+        config = configs[entry.subset]
         if config:
             leaf["dataset_config"] = config
         if entry.used_samples < entry.samples:
@@ -58,7 +59,9 @@ def write_mix(
     max_tokens: int | None = None,
     max_open_files: int = DEFAULT_MAX_OPEN_FILES,
 ) -> MixPlan:
-    """Plan the mix and write ``OUT/energon/<name>.yaml`` and ``<name>.mix.json`` atomically."""
+    """Plan the mix and write ``OUT/energon/<name>.yaml`` and ``<name>.mix.json`` atomically through the
+    output's file system (a folder or an object store such as ``s3://``), with any
+    ``.nv-meta/dataset_psi<N>.yaml`` a leaf needs."""
     plan = plan_mix(
         out,
         name=name,
@@ -68,11 +71,16 @@ def write_mix(
         max_tokens=max_tokens,
         max_open_files=max_open_files,
     )
-    root = Path(OutputLayout(out).energon)
-    target = root / f"{name}.yaml"
-    plan.path = str(target)
-    atomic_write_text(root / f"{name}.mix.json", json.dumps(plan.to_dict(), indent=1, sort_keys=True) + "\n")
-    atomic_write_text(target, _yaml_text(plan, root))
+    layout = OutputLayout(out)
+    configs = {
+        e.subset: ensure_dataset_config(f"{layout.energon}/{e.subset}", e.parallel_shard_iters, layout.fs)
+        for e in plan.entries
+    }
+    target = f"{layout.energon}/{name}.yaml"
+    plan.path = target if is_local(layout.fs) else layout.fs.unstrip_protocol(target)
+    sidecar = json.dumps(plan.to_dict(), indent=1, sort_keys=True) + "\n"
+    atomic_write_bytes(layout.fs, f"{layout.energon}/{name}.mix.json", sidecar.encode())
+    atomic_write_bytes(layout.fs, target, _yaml_text(plan, configs).encode())
     return plan
 
 

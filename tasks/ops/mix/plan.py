@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from ...errors import ConfigError, OutputError
@@ -76,7 +75,8 @@ class _Subset:
 
 
 def _load_subsets(layout: OutputLayout, names: list[str]) -> dict[str, _Subset]:
-    """Train tokens in write order (from the ``samples`` manifest) checked against the published dataset."""
+    """Train tokens in write order (from the ``samples`` manifest) checked against the published dataset
+    (its listing and ``split.yaml``, read through the output's file system)."""
     from ..query import connect
 
     con = connect(layout.out)
@@ -96,8 +96,8 @@ def _load_subsets(layout: OutputLayout, names: list[str]) -> dict[str, _Subset]:
         tokens[subset].append(int(total or 0))
     out: dict[str, _Subset] = {}
     for name in names:
-        dataset = Path(layout.energon) / name
-        listing = read_manifest(dataset)
+        dataset = f"{layout.energon}/{name}"
+        listing = read_manifest(dataset, layout.fs)
         train = [(e["shard"], int(e["samples"])) for e in listing if e["split"] == "train"]
         published = sum(n for _s, n in train)
         if published != len(tokens[name]):
@@ -111,7 +111,7 @@ def _load_subsets(layout: OutputLayout, names: list[str]) -> dict[str, _Subset]:
             license=str(licenses.get(name) or "unknown"),
             tokens_in_order=tokens[name],
             train_shards=train,
-            has_val="val" in dataset_splits(dataset),
+            has_val="val" in dataset_splits(dataset, layout.fs),
         )
     return out
 
