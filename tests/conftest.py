@@ -113,6 +113,23 @@ def moto_s3() -> Iterator[str]:
         s3fs.S3FileSystem.clear_instance_cache()
 
 
+@contextlib.contextmanager
+def msc_profile(endpoint: str, bucket: str, folder: Path) -> Iterator[str]:
+    """A Multi-Storage Client profile for ``bucket`` at the S3 ``endpoint`` (``MSC_CONFIG`` set while inside):
+    yields the profile's name, for ``msc://<name>/<key>`` URLs. The name is the endpoint's and bucket's
+    digest: MSC keeps one storage client per profile name for the process's life, so a name reused by a later
+    module's server would reach the earlier, stopped one."""
+    name = "s3" + hashlib.sha256(f"{endpoint}/{bucket}".encode()).hexdigest()[:12]
+    config = folder / f"msc-{name}.yaml"
+    config.write_text(
+        f"profiles:\n  {name}:\n    storage_provider:\n      type: s3\n      options:\n"
+        f"        base_path: {bucket}\n        endpoint_url: {endpoint}\n        region_name: us-east-1\n"
+    )
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("MSC_CONFIG", str(config))
+        yield name
+
+
 # ----------------------------------------------------------------------------------------- flow runs
 
 

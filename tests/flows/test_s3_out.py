@@ -64,21 +64,15 @@ def test_out_on_s3_writes_the_local_runs_bytes(
 def loaded_from_s3(endpoint: str, dataset: str, tmp_path: Path) -> list[str]:
     """Keys of every sample of ``s3://BUCKET/<dataset>`` as megatron-energon loads it with the format's
     reader, over an MSC profile for the bucket (credentials from the environment, as boto3 finds them)."""
-    from conftest import energon_dataset, error_collecting_worker_config
+    from conftest import energon_dataset, error_collecting_worker_config, msc_profile
     from megatron.energon import get_loader
 
     from vlmforge.tasks.publish.formats import get_format
 
-    config = tmp_path / "msc.yaml"
-    config.write_text(
-        "profiles:\n  out:\n    storage_provider:\n      type: s3\n      options:\n"
-        f"        base_path: {BUCKET}\n        endpoint_url: {endpoint}\n        region_name: us-east-1\n"
-    )
     fmt = get_format("bridge")
     wc, errors = error_collecting_worker_config()
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("MSC_CONFIG", str(config))
-        ds = energon_dataset(f"msc://out/{dataset}", fmt, wc)
+    with msc_profile(endpoint, BUCKET, tmp_path) as profile:
+        ds = energon_dataset(f"msc://{profile}/{dataset}", fmt, wc)
         keys = [sample.__key__ for sample in get_loader(ds)]
     assert errors == []
     return keys

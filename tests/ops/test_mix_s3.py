@@ -5,6 +5,7 @@ the samples it draws from the local mix. `validate`, `stats` and `query` read th
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 import typer
-from conftest import error_collecting_worker_config, output_hashes
+from conftest import error_collecting_worker_config, msc_profile, output_hashes
 from published_fixture import SubsetSpec, build_out
 from typer.testing import CliRunner
 
@@ -91,7 +92,7 @@ def test_mix_on_s3_writes_what_a_local_mix_writes(
     )
 
     # megatron-energon loads the mix from S3 (msc://) and draws the samples the local mix gives
-    drawn = _drawn(f"msc://out/{PREFIX}/energon/tight.yaml", tmp_path, moto_s3)
+    drawn = _drawn(f"msc://{{profile}}/{PREFIX}/energon/tight.yaml", tmp_path, moto_s3)
     assert drawn == _drawn(f"{local}/energon/tight.yaml", tmp_path, None)
     assert {source for _key, source in drawn} == {s.name for s in SPECS}
 
@@ -140,15 +141,9 @@ def _drawn(mix: str, tmp_path: Path, endpoint: str | None, n: int = 60) -> list[
     from vlmforge.energon import ChatTaskEncoder
 
     wc, errors = error_collecting_worker_config()
-    with pytest.MonkeyPatch.context() as env:
-        if endpoint is not None:
-            config = tmp_path / "msc.yaml"
-            config.write_text(
-                "profiles:\n  out:\n    storage_provider:\n      type: s3\n      options:\n"
-                f"        base_path: {BUCKET}\n        endpoint_url: {endpoint}\n"
-                "        region_name: us-east-1\n"
-            )
-            env.setenv("MSC_CONFIG", str(config))
+    with contextlib.ExitStack() as stack:
+        if endpoint is not None:  # ``mix`` names the profile as "{profile}"
+            mix = mix.format(profile=stack.enter_context(msc_profile(endpoint, BUCKET, tmp_path)))
         ds = get_train_dataset(
             mix,
             worker_config=wc,
