@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Generic, TypeVar
 
 from ..schemas.records import SubsetEntry
+from ..tasks.batch import batch_lines_of
 
 MAX_GROUP = 32  # subsets in one stage task at most: a bound on a task's name, run time and lost work
 Unit = tuple[SubsetEntry, int]  # (subset, batch index)
@@ -29,13 +30,10 @@ E = TypeVar("E")
 
 
 def batch_line_count(entry: SubsetEntry, index: int, batch_lines: int) -> int:
-    """Lines of batch ``index`` of ``entry``: from the catalog's plan, else ``batch_lines`` (fewer in the
-    last batch)."""
-    firsts = entry.batch_first_lines
-    if firsts:
-        end = firsts[index + 1] if index + 1 < len(firsts) else entry.rows + 1
-        return max(0, end - firsts[index])
-    return max(0, min(batch_lines, entry.rows - index * batch_lines))
+    """Lines of batch ``index`` of ``entry`` (the batch stage's own :func:`batch_lines_of`; the last
+    batch of an entry without a plan ends at its last row)."""
+    first, last = batch_lines_of(entry, index, batch_lines)
+    return max(0, min(last, entry.rows) - first + 1)
 
 
 def pack_batches(units: Sequence[Unit], batch_lines: int, window: int) -> list[list[Unit]]:

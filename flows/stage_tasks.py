@@ -36,6 +36,7 @@ from .runtime import returns_freed_memory
 from .summary import publish_quality
 
 T = TypeVar("T")
+U = TypeVar("U")
 RETRY_DELAY_S = 5
 BATCH_RETRIES = 2
 
@@ -50,12 +51,16 @@ __all__ = [
 ]
 
 
+# A retry would fail the same way: full output volume, nothing to train on, a failed shards suite.
+_FINAL = (OutputFullError, EmptyTrainSplitError, ShardsGateFailed)
+
+
 def _not_disk_full(task: Any, task_run: Any, state: Any) -> bool:
     """Retry a failed batch or publish unless a retry would fail the same way (output volume full, nothing
     left to train on)."""
     try:
         state.result()
-    except (OutputFullError, EmptyTrainSplitError):
+    except _FINAL:
         return False
     except Exception:  # noqa: BLE001 - any other failure is worth a retry
         return True
@@ -86,19 +91,23 @@ def group_label(items: Sequence[str], shown: int = 4) -> str:
     return ", ".join(items[:shown]) + more
 
 
-def _each(subsets: Sequence[str], work: Callable[[str], T], *, retries: int = 0) -> list[T | SubsetFailure]:
-    """``work`` for each subset in turn, one subset's exception kept as its :class:`SubsetFailure`; a failure
-    is tried again ``retries`` times unless a retry would fail the same way."""
+def _each(
+    items: Sequence[U], work: Callable[[U], T], *, retries: int = 0, raising: tuple[type[Exception], ...] = ()
+) -> list[T | SubsetFailure]:
+    """``work`` for each item in turn, one item's exception kept as its :class:`SubsetFailure` (those in
+    ``raising`` end the task); a failure is tried again ``retries`` times unless it is final."""
     out: list[T | SubsetFailure] = []
-    for subset in subsets:
+    for item in items:
         for attempt in range(retries + 1):
             try:
-                out.append(work(subset))
+                out.append(work(item))
                 break
-            except (OutputFullError, EmptyTrainSplitError, ShardsGateFailed) as exc:
+            except raising:
+                raise
+            except _FINAL as exc:
                 out.append(SubsetFailure.of(exc))
                 break
-            except Exception as exc:  # noqa: BLE001 - one subset's failure must not stop the others
+            except Exception as exc:  # noqa: BLE001 - one item's failure must not stop the others
                 if attempt == retries:
                     out.append(SubsetFailure.of(exc))
                 else:
@@ -120,20 +129,13 @@ def build_batch_task(
     """Batches, one after another (small subsets' batches share a task: a task costs more than their
     work). A batch's failure is its error text; a full output volume stops the task (no batch can succeed).
     A retried task skips the batches it committed (they are current)."""
-    out: list[BatchStats | str] = []
-    for entry, index in units:
-        for attempt in range(BATCH_RETRIES + 1):
-            try:
-                out.append(build_batch(entry, index, cfg, host_share=host_share))
-                break
-            except OutputFullError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the other batches of the task go on
-                if attempt == BATCH_RETRIES:
-                    out.append(f"batch failed: {type(exc).__name__}: {exc}")
-                else:
-                    time.sleep(RETRY_DELAY_S)
-    return out
+    done = _each(
+        units,
+        lambda unit: build_batch(unit[0], unit[1], cfg, host_share=host_share),
+        retries=BATCH_RETRIES,
+        raising=(OutputFullError,),
+    )
+    return [r if isinstance(r, BatchStats) else f"batch failed: {r.message}" for r in done]
 
 
 @task(name="gate", task_run_name="gate {label}")

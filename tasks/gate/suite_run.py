@@ -58,9 +58,10 @@ def run_suite(
     out, or turns its failure into a warning that does not fail the suite.
     """
     spec, warn = _relaxed(suite_name, load_suite(suite_name), modes or {}, result)
-    validation = _validate(suite_name, spec, frame, gx_params(params), FIRST_PASS)
+    expectation_params = gx_params(params)
+    validation = _validate(suite_name, spec, frame, expectation_params, FIRST_PASS)
     if not validation.success:  # any expectation failed (warn-only too: its line needs the detail)
-        validation = _validate(suite_name, spec, frame, gx_params(params), DETAILED)
+        validation = _validate(suite_name, spec, frame, expectation_params, DETAILED)
     if con is not None:
         con.register("profile", frame)
     result.results[suite_name] = validation.to_json_dict()
