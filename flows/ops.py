@@ -7,7 +7,6 @@ shares, the validation result per dataset).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,7 @@ from ..tasks.manifests import OutputLayout
 from ..tasks.ops import MixPlan
 from ..tasks.publish import ValidationReport, published_subsets
 from .pipeline import run_release
-from .runtime import LoopbackRayTaskRunner
+from .runtime import LoopbackRayTaskRunner, attach_kwargs
 from .summary import RunSummary
 
 __all__ = [
@@ -46,18 +45,10 @@ def _md(text: object, limit: int = 400) -> str:
 def runner_for(cfg: RunConfig) -> LoopbackRayTaskRunner:
     """The task runner ``vlmforge run`` gives ``run_release``: ``cfg.execution.ray_address`` or a local
     loopback Ray."""
-    init_kwargs: dict[str, Any] = {}
-    if cfg.execution.ray_address or os.environ.get("RAY_ADDRESS"):
-        # A driver on a loopback cluster must say so (its default node IP is the host's, not 127.0.0.1).
-        host = (
-            (cfg.execution.ray_address or os.environ.get("RAY_ADDRESS", ""))
-            .removeprefix("ray://")
-            .split(":")[0]
-        )
-        if host in ("127.0.0.1", "localhost"):
-            init_kwargs["_node_ip_address"] = "127.0.0.1"
     return LoopbackRayTaskRunner(
-        address=cfg.execution.ray_address, init_kwargs=init_kwargs, num_cpus=cfg.execution.num_cpus
+        address=cfg.execution.ray_address,
+        init_kwargs=attach_kwargs(cfg.execution.ray_address),
+        num_cpus=cfg.execution.num_cpus,
     )
 
 

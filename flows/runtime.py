@@ -146,6 +146,7 @@ apply_quiet_env()
 
 from prefect_ray import RayTaskRunner  # noqa: E402 - after the environment Ray reads at import
 
+from ..schemas.config import ExecutionOptions, RunConfig  # noqa: E402
 from . import progress  # noqa: E402
 
 
@@ -382,12 +383,36 @@ def start_local_ray(num_cpus: int | None = None, attempts: int = 3) -> Path:
     return home
 
 
+def attach_kwargs(address: str | None) -> dict[str, Any]:
+    """``ray.init``'s extra arguments for a driver attaching to ``address`` (else ``RAY_ADDRESS``): on a
+    loopback cluster the driver must say so (its default node IP is the host's, not 127.0.0.1)."""
+    target = address or os.environ.get("RAY_ADDRESS") or ""
+    host = target.removeprefix("ray://").split(":")[0]
+    return {"_node_ip_address": LOOPBACK} if host in (LOOPBACK, "localhost") else {}
+
+
+def execution_of(cfg: object) -> ExecutionOptions | None:
+    """The execution options of a flow run's ``cfg`` parameter (a RunConfig, or its JSON from the API);
+    None when it has none or is not a run configuration (the flow itself reports a bad one)."""
+    if isinstance(cfg, RunConfig):
+        return cfg.execution
+    if not isinstance(cfg, dict):
+        return None
+    try:
+        return ExecutionOptions.model_validate(cfg.get("execution") or {})
+    except ValueError:
+        return None
+
+
 class LoopbackRayTaskRunner(RayTaskRunner):
     """prefect-ray's runner, but a Ray it starts itself is the loopback, probe-free one of start_local_ray.
 
     With an address (argument or ``RAY_ADDRESS``) it connects as prefect-ray does; an already initialised Ray
     is reused. The flow carries this runner, so a CLI run and a deployment run by a worker behave the same.
     """
+
+    address: str | None  # prefect-ray's attributes, typed here
+    init_kwargs: dict[str, Any]
 
     def __init__(
         self,
@@ -410,11 +435,30 @@ class LoopbackRayTaskRunner(RayTaskRunner):
 
     def __enter__(self) -> LoopbackRayTaskRunner:
         apply_quiet_env()
+        self._take_flow_run_execution()
         if self.starts_local_ray():
             self._local_home = start_local_ray(self.num_cpus)
         super().__enter__()
         progress.milestone("startup")  # Ray is up (or reached)
         return self
+
+    def _take_flow_run_execution(self) -> None:
+        """A deployment's flow run enters the runner its flow was decorated with (no address), and enters it
+        before the run's parameters are in Prefect's context: the cluster and CPUs the run's own
+        ``cfg.execution`` names are read from the flow run (Prefect's runtime API, by the run id the worker
+        gives its process), so a deployment run with ``ray_address`` attaches to that cluster instead of
+        starting a local Ray. A CLI run makes its runner from the same options (``flows/ops.runner_for``)."""
+        if self.address is not None or not os.environ.get("PREFECT__FLOW_RUN_ID"):
+            return
+        from prefect.runtime import flow_run
+
+        execution = execution_of(flow_run.parameters.get("cfg"))
+        if execution is None:
+            return
+        self.address = execution.ray_address or self.address
+        self.num_cpus = self.num_cpus or execution.num_cpus
+        if self.address:
+            self.init_kwargs = attach_kwargs(self.address) | self.init_kwargs
 
     def __exit__(self, *exc_info: Any) -> None:
         try:

@@ -17,9 +17,10 @@ of machines.
   byte-identical to the one-node run's local output.
 - The Prefect deployment path: the ``vlmforge-run/nemotron-v3-full`` deployment of prefect.yaml registered
   with ``prefect deploy``, a run of it with the S3 release, store and output passed as ``prefect deployment
-  run --params``, executed by a real process worker (``--run-once``) whose environment holds ``RAY_ADDRESS``
-  of the cluster, as a worker on a cluster's machine is set up. The flow run ends Completed, batches ran on
-  every node, every subset published with its read-back ok, the S3 output byte-identical to the one-node run.
+  run --params``, executed by a real process worker (``--run-once``), the cluster named by the run's own
+  ``cfg.execution.ray_address`` (no ``RAY_ADDRESS`` in the worker's environment). The flow run ends
+  Completed, batches ran on every node, every subset published with its read-back ok, the S3 output
+  byte-identical to the one-node run.
 
 Both tests check that every listening socket of the test's process tree (the Prefect API, moto, the HTTP
 server, the Ray nodes) and of the driver's (the CLI's, or the worker's and its flow run's) was on loopback,
@@ -388,9 +389,12 @@ def test_a_deployment_run_by_a_worker_uses_every_node_with_identical_shards(
     cluster = LoopbackCluster(NODES, tmp_path / "nodes.log")
     seconds["cluster"] = time.monotonic() - seconds["cluster"]
     try:
-        # the worker's environment reaches its flow runs: RAY_ADDRESS attaches them to the cluster;
+        # the run's own parameter names the cluster (its flow is decorated with a runner without one, and
+        # no RAY_ADDRESS is around: the run attaches through cfg.execution.ray_address or not at all);
         # VLMFORGE_HOME is the checkout prefect.yaml's pull step runs flows from
-        env = os.environ.copy() | {"VLMFORGE_HOME": str(REPO), "RAY_ADDRESS": cluster.address}
+        cfg["execution"] = {"ray_address": cluster.address}
+        env = os.environ.copy() | {"VLMFORGE_HOME": str(REPO)}
+        env.pop("RAY_ADDRESS", None)
         prefect_cli(env, "work-pool", "create", POOL, "--type", "process", "--overwrite")
         prefect_cli(
             env, "deploy", "--prefect-file", str(REPO / "prefect.yaml"), "--name", DEPLOYMENT.split("/")[1]
