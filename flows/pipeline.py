@@ -199,14 +199,11 @@ def _catalog_stage(run: _Run, given: RunConfig) -> tuple[RunConfig, list[SubsetE
 
 @dataclass
 class _Pending:
-    """A submitted task the work loop waits for: its kind and its group (batches or subsets)."""
+    """A submitted task the work loop waits for: its kind and the subset of each of its items (a batch
+    task: one per batch, a subset repeated for each of its batches; a stage task: one per subset)."""
 
     kind: str
-    units: list[tuple[SubsetEntry, int]]  # batches: (subset, batch index); a stage: (subset, 0) each
-
-    @property
-    def entries(self) -> list[SubsetEntry]:
-        return [e for e, _ in self.units]
+    entries: list[SubsetEntry]
 
 
 def _work_stage(run: _Run, cfg: RunConfig, entries: list[SubsetEntry], summary: RunSummary) -> None:
@@ -238,7 +235,7 @@ def _work_stage(run: _Run, cfg: RunConfig, entries: list[SubsetEntry], summary: 
             names = [e.subset for e in group]
             for name in names:
                 progress.subset_stage(name, kind)
-            pending[_submit_stage(kind, cfg, group, run.run_id)] = _Pending(kind, [(e, 0) for e in group])
+            pending[_submit_stage(kind, cfg, group, run.run_id)] = _Pending(kind, group)
 
     def fill_window() -> None:
         while in_flight[0] < _window(cpus):
@@ -248,7 +245,9 @@ def _work_stage(run: _Run, cfg: RunConfig, entries: list[SubsetEntry], summary: 
             clock.started("batches")
             label = group_label([f"{e.subset} batch {i}/{len(e.batch_offsets) - 1}" for e, i in pack])
             # as many batches fetch at once as the cluster has CPUs: they split the per-host limits
-            pending[build_batch_task.submit(pack, cfg, cpus, label)] = _Pending("batches", pack)
+            pending[build_batch_task.submit(pack, cfg, cpus, label)] = _Pending(
+                "batches", [e for e, _ in pack]
+            )
             in_flight[0] += 1
 
     def then(stage: str | None, e: SubsetEntry) -> None:
@@ -269,7 +268,7 @@ def _work_stage(run: _Run, cfg: RunConfig, entries: list[SubsetEntry], summary: 
                 then(nxt, e)
         else:
             queues.done(p.kind)
-            results = _group_results(fut, len(p.units))
+            results = _group_results(fut, len(p.entries))
             for e, res in zip(p.entries, results, strict=True):
                 o = outcomes[e.subset]
                 if p.kind == GATE:
@@ -318,9 +317,9 @@ def _batches_finished(
     except Exception as exc:  # noqa: BLE001 - one subset's failure must not stop the others
         if isinstance(exc, OutputFullError):  # no other batch can succeed either: stop, resume later
             raise
-        results = [f"batch failed: {type(exc).__name__}: {exc}"] * len(p.units)
+        results = [f"batch failed: {type(exc).__name__}: {exc}"] * len(p.entries)
     finished = []
-    for (entry, _), res in zip(p.units, results, strict=True):
+    for entry, res in zip(p.entries, results, strict=True):
         progress.advance("batches")
         clock.finished("batches", res.lines if isinstance(res, BatchStats) else 0)
         done = res if isinstance(res, BatchStats) else BatchStats()
