@@ -101,7 +101,8 @@ def drift_frame(*, rows: int, token_sum: int, rejected: int, baseline: Baseline 
     import pandas as pd
 
     rate = rejected / rows if rows else 0.0
-    row: dict[str, Any] = {"rows": rows, "token_sum": token_sum, "reject_rate": rate}
+    # this run's row count is `run_rows`: `rows` is the catalog's, a parameter of every suite
+    row: dict[str, Any] = {"run_rows": rows, "token_sum": token_sum, "reject_rate": rate}
     row |= _changes(rows, token_sum, rate, baseline)
     for name in ("rows", "token", "reject_rate"):
         change = row[f"{name}_change"]

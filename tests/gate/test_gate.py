@@ -267,6 +267,16 @@ def test_each_samples_expectation_fails_on_a_manifest_built_to_break_it(
     assert line.startswith(f"samples: {expected}"), line
 
 
+def test_a_missing_row_of_an_all_ok_subset_names_the_catalogs_count(bad_rows: tuple[Rows, Rows]) -> None:
+    # an all-ok subset's samples profile is one row, whose `rows` (what was found) must not stand in
+    # for the catalog's count in the line
+    samples, media = copy.deepcopy(bad_rows)
+    ok = _ok(samples)
+    result = _gate(ok, media, suites=("samples",), rows=len(ok) + 1)
+    (line,) = result.failures
+    assert line == f"samples: one row per input line ({len(ok) + 1} lines in the catalog): observed {len(ok)}"
+
+
 @pytest.mark.parametrize("case", list(MEDIA_CASES), ids=list(MEDIA_CASES))
 def test_each_media_expectation_fails_on_a_manifest_built_to_break_it(
     case: str, bad_rows: tuple[Rows, Rows]
