@@ -49,6 +49,7 @@ def runner_for(cfg: RunConfig) -> LoopbackRayTaskRunner:
         address=cfg.execution.ray_address,
         init_kwargs=attach_kwargs(cfg.execution.ray_address),
         num_cpus=cfg.execution.num_cpus,
+        from_run_parameters=False,  # these are the run's options already
     )
 
 

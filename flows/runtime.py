@@ -419,13 +419,23 @@ class LoopbackRayTaskRunner(RayTaskRunner):
         address: str | None = None,
         init_kwargs: dict[str, Any] | None = None,
         num_cpus: int | None = None,
+        *,
+        from_run_parameters: bool = True,
     ) -> None:
         super().__init__(address=address, init_kwargs=init_kwargs)
         self.num_cpus = num_cpus
+        # the flow's runner as decorated takes a deployment run's cfg.execution; one made from a run's
+        # options (`vlmforge run`, whose process may sit inside some other flow run) does not look further
+        self.from_run_parameters = from_run_parameters
         self._local_home: Path | None = None
 
     def duplicate(self) -> LoopbackRayTaskRunner:
-        return type(self)(address=self.address, init_kwargs=self.init_kwargs, num_cpus=self.num_cpus)
+        return type(self)(
+            address=self.address,
+            init_kwargs=self.init_kwargs,
+            num_cpus=self.num_cpus,
+            from_run_parameters=self.from_run_parameters,
+        )
 
     def starts_local_ray(self) -> bool:
         """Whether entering this runner would start a local Ray (no address, none initialised)."""
@@ -448,7 +458,11 @@ class LoopbackRayTaskRunner(RayTaskRunner):
         ``cfg.execution`` names are read from the flow run (Prefect's runtime API, by the run id the worker
         gives its process), so a deployment run with ``ray_address`` attaches to that cluster instead of
         starting a local Ray. A CLI run makes its runner from the same options (``flows/ops.runner_for``)."""
-        if self.address is not None or not os.environ.get("PREFECT__FLOW_RUN_ID"):
+        if (
+            not self.from_run_parameters
+            or self.address is not None
+            or not os.environ.get("PREFECT__FLOW_RUN_ID")
+        ):
             return
         from prefect.runtime import flow_run
 

@@ -63,6 +63,21 @@ def test_an_address_given_to_the_runner_wins_over_the_parameters(
     assert runner.address == "10.0.0.7:6379"
 
 
+def test_vlmforge_runs_runner_keeps_its_own_options_inside_another_flow_run(
+    prefect_harness: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `vlmforge run` started from some flow run's process (a shell step of a deployment) inherits its
+    # PREFECT__FLOW_RUN_ID: its runner is made from its own options and must not take that run's cfg
+    from vlmforge.flows.ops import runner_for
+
+    cfg = {"execution": {"ray_address": "127.0.0.1:6379", "num_cpus": 3}}
+    monkeypatch.setenv("PREFECT__FLOW_RUN_ID", _flow_run_with({"cfg": cfg}))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    runner = runner_for(RunConfig.of(release="r", out="o", num_cpus=1)).duplicate()
+    runner._take_flow_run_execution()
+    assert runner.address is None and runner.num_cpus == 1
+
+
 def test_execution_options_of_a_cfg_parameter() -> None:
     options = RunConfig.of(release="r", out="o", ray_address="h:6379", num_cpus=4).execution
     assert execution_of(RunConfig.of(release="r", out="o", ray_address="h:6379", num_cpus=4)) == options
