@@ -23,7 +23,8 @@ from ..tasks.manifests import OutputLayout
 from ..tasks.ops import MixPlan
 from ..tasks.publish import ValidationReport, published_subsets
 from .pipeline import run_release
-from .runtime import LoopbackRayTaskRunner, attach_kwargs
+from .ray_attach import attach_kwargs
+from .runtime import LoopbackRayTaskRunner
 from .summary import RunSummary
 
 __all__ = [

@@ -134,7 +134,6 @@ def _malloc_trim() -> None:
 
 
 RAY_BOOTSTRAP = "cluster_name: vlmforge-local\nprovider:\n  type: local\n"
-LOOPBACK = "127.0.0.1"
 
 
 def apply_quiet_env() -> None:
@@ -146,8 +145,8 @@ apply_quiet_env()
 
 from prefect_ray import RayTaskRunner  # noqa: E402 - after the environment Ray reads at import
 
-from ..schemas.config import ExecutionOptions, RunConfig  # noqa: E402
 from . import progress  # noqa: E402
+from .ray_attach import LOOPBACK, attach_kwargs, flow_run_execution  # noqa: E402
 
 
 def _free_port() -> int:
@@ -383,27 +382,6 @@ def start_local_ray(num_cpus: int | None = None, attempts: int = 3) -> Path:
     return home
 
 
-def attach_kwargs(address: str | None) -> dict[str, Any]:
-    """``ray.init``'s extra arguments for a driver attaching to ``address`` (else ``RAY_ADDRESS``): on a
-    loopback cluster the driver must say so (its default node IP is the host's, not 127.0.0.1)."""
-    target = address or os.environ.get("RAY_ADDRESS") or ""
-    host = target.removeprefix("ray://").split(":")[0]
-    return {"_node_ip_address": LOOPBACK} if host in (LOOPBACK, "localhost") else {}
-
-
-def execution_of(cfg: object) -> ExecutionOptions | None:
-    """The execution options of a flow run's ``cfg`` parameter (a RunConfig, or its JSON from the API);
-    None when it has none or is not a run configuration (the flow itself reports a bad one)."""
-    if isinstance(cfg, RunConfig):
-        return cfg.execution
-    if not isinstance(cfg, dict):
-        return None
-    try:
-        return ExecutionOptions.model_validate(cfg.get("execution") or {})
-    except ValueError:
-        return None
-
-
 class LoopbackRayTaskRunner(RayTaskRunner):
     """prefect-ray's runner, but a Ray it starts itself is the loopback, probe-free one of start_local_ray.
 
@@ -453,20 +431,9 @@ class LoopbackRayTaskRunner(RayTaskRunner):
         return self
 
     def _take_flow_run_execution(self) -> None:
-        """A deployment's flow run enters the runner its flow was decorated with (no address), and enters it
-        before the run's parameters are in Prefect's context: the cluster and CPUs the run's own
-        ``cfg.execution`` names are read from the flow run (Prefect's runtime API, by the run id the worker
-        gives its process), so a deployment run with ``ray_address`` attaches to that cluster instead of
-        starting a local Ray. A CLI run makes its runner from the same options (``flows/ops.runner_for``)."""
-        if (
-            not self.from_run_parameters
-            or self.address is not None
-            or not os.environ.get("PREFECT__FLOW_RUN_ID")
-        ):
-            return
-        from prefect.runtime import flow_run
-
-        execution = execution_of(flow_run.parameters.get("cfg"))
+        """A deployment run's runner attaches where the run's own ``cfg.execution`` says (see
+        :mod:`.ray_attach`); a runner given an address, or made from a run's options, keeps its own."""
+        execution = flow_run_execution() if self.from_run_parameters and self.address is None else None
         if execution is None:
             return
         self.address = execution.ray_address or self.address

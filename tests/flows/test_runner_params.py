@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from vlmforge.flows.runtime import LoopbackRayTaskRunner, attach_kwargs, execution_of
+from vlmforge.flows.ray_attach import attach_kwargs, execution_of
+from vlmforge.flows.runtime import LoopbackRayTaskRunner
 from vlmforge.schemas.config import RunConfig
 
 
