@@ -9,6 +9,7 @@ import io
 import os
 import struct
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -155,6 +156,18 @@ def tree_hashes(root: Path) -> dict[str, str]:
 
 #: what a run writes under OUT that is its own (ids, times, its Data Docs), not the release's product
 PER_RUN = ("quality/", "runs/", "manifests/runs/", "manifests/subsets/")
+
+
+def final_flow_run(client: Any, flow_run_id: str, timeout_s: float = 120) -> Any:
+    """The flow run, once its worker has reported a final state (a bound on a lost report, not a timing a
+    test relies on)."""
+    run = client.read_flow_run(flow_run_id)
+    deadline = time.monotonic() + timeout_s
+    while not run.state or not run.state.is_final():
+        assert time.monotonic() < deadline, run.state
+        time.sleep(1)
+        run = client.read_flow_run(flow_run_id)
+    return run
 
 
 def output_hashes(out: str) -> dict[str, str]:

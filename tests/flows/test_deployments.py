@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import final_flow_run
 
 from vlmforge.flows.run_names import name_of
 from vlmforge.flows.runtime import QUIET_ENV, _free_port
@@ -107,16 +108,6 @@ def _run_deployment(env: dict[str, str], name: str, params: dict[str, Any]) -> t
     return flow_run_id, worker_log
 
 
-def _final(client: Any, flow_run_id: str, timeout_s: float = 120) -> Any:
-    run = client.read_flow_run(flow_run_id)
-    deadline = time.monotonic() + timeout_s
-    while not run.state or not run.state.is_final():
-        assert time.monotonic() < deadline, run.state
-        time.sleep(2)
-        run = client.read_flow_run(flow_run_id)
-    return run
-
-
 def test_deployments_register_and_run_through_a_worker(
     server: dict[str, str], ray_cluster: str, sample_release: Path, tmp_path: Path
 ) -> None:
@@ -157,7 +148,7 @@ def test_deployments_register_and_run_through_a_worker(
         nightly = next(d for d in deployments if d.name == "nemotron-v3-nightly-refresh")
         assert [getattr(s.schedule, "cron", None) for s in nightly.schedules] == ["0 3 * * *"]
 
-        run = _final(client, run_id)
+        run = final_flow_run(client, run_id)
         assert run.state.is_completed(), f"{run.state}\n{run_log[-3000:]}"
         assert run.name == name_of(str(sample_release), str(out))  # release and output folder
         tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))
@@ -175,7 +166,7 @@ def test_deployments_register_and_run_through_a_worker(
             artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id]))
         )
 
-        validated = _final(client, validate_id)
+        validated = final_flow_run(client, validate_id)
         assert validated.state.is_completed(), f"{validated.state}\n{validate_log[-3000:]}"
         assert validated.name == f"validate {out}"
         validate_artifacts = client.read_artifacts(
@@ -252,7 +243,7 @@ def test_one_ctrl_c_stops_a_worker_and_cancels_its_flow_run(
                 state = c.read_flow_run(flow_run_id).state
             os.write(master, b"\x03")
             rc = proc.wait(timeout=300)
-            run = _final(c, flow_run_id)
+            run = final_flow_run(c, flow_run_id)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, 9)

@@ -51,7 +51,7 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import output_hashes
+from conftest import final_flow_run, output_hashes
 from http_fixture import HttpFixture
 from reliability.stage_events import StageEvents
 
@@ -344,20 +344,6 @@ def prefect_cli(env: dict[str, str], *args: str, timeout: float = 300) -> str:
     return res.stdout + res.stderr
 
 
-def final_flow_run(flow_run_id: str) -> Any:
-    """The flow run, once in a final state (the worker that ran it has exited: it is, or is about to be)."""
-    from prefect.client.orchestration import get_client
-
-    with get_client(sync_client=True) as client:
-        run = client.read_flow_run(flow_run_id)
-        deadline = time.monotonic() + 120  # the worker reports the end; a bound on a lost report
-        while not run.state or not run.state.is_final():
-            assert time.monotonic() < deadline, run.state
-            time.sleep(1)
-            run = client.read_flow_run(flow_run_id)
-    return run
-
-
 def test_a_deployment_run_by_a_worker_uses_every_node_with_identical_shards(
     s3_release: S3Release,
     one_node_run: OneNodeRun,
@@ -425,7 +411,10 @@ def test_a_deployment_run_by_a_worker_uses_every_node_with_identical_shards(
     finally:
         cluster.close()
 
-    run = final_flow_run(flow_run_id)
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        run = final_flow_run(client, flow_run_id)
     assert run.state.is_completed(), f"{run.state}\n{worker_log[-4000:]}"
     assert run.name == name_of(s3_release.url, out)
     assert len(placed) == NODES and all(placed.values()), (placed, batches_by_node)  # every node ran batches
