@@ -21,7 +21,7 @@ from prefect import get_run_logger, task
 from ..schemas.config import RunConfig
 from ..schemas.records import SubsetEntry
 from ..tasks.batch import BatchStats, build_batch
-from ..tasks.gate import GateResult, gate_subset, load_overrides, record_gate
+from ..tasks.gate import GateResult, gate_subset, gate_subsets, load_overrides, record_gate
 from ..tasks.manifests import OutputLayout
 from ..tasks.publish import (
     EmptyTrainSplitError,
@@ -143,17 +143,25 @@ def build_batch_task(
 def gate_task(
     cfg: RunConfig, entries: list[SubsetEntry], run_id: str, label: str = ""
 ) -> list[GateResult | SubsetFailure]:
-    """The gate of each subset of the group, in one process (one Great Expectations context)."""
+    """The gate of each subset of the group, in one process (one Great Expectations context), the
+    subsets' validations shared (:func:`~..tasks.gate.gate_subsets`)."""
     overrides = load_overrides(cfg.gate.gate_overrides)
     layout = OutputLayout(cfg.out)
     by_name = {e.subset: e for e in entries}
 
     def gate(subset: str) -> GateResult:
         result = gate_subset(cfg, by_name[subset], run_id=run_id, overrides=overrides)
+        return record(result)
+
+    def record(result: GateResult) -> GateResult:
         record_gate(layout, run_id, result)
         return result
 
-    return _each(list(by_name), gate)
+    try:
+        results = gate_subsets(cfg, list(by_name.values()), run_id=run_id, overrides=overrides)
+    except Exception:  # noqa: BLE001 - e.g. a subset's unreadable manifests: each alone, so it fails alone
+        return _each(list(by_name), gate)
+    return _each(results, record)
 
 
 @task(

@@ -11,6 +11,7 @@ Modules, each depending only on those above it:
     gx.py        a quiet Great Expectations context
     validate.py  one suite over one profile; a readable line per failure, with example rows
     check.py     the gate of one subset (samples, media, drift)
+    groups.py    the gate of several subsets, one validation per suite over their profiles
     shards.py    the shards suite on the staged dataset, run before the swap
     report.py    the results for people: CLI rows, Markdown artifact, the HTML report page
     doc_assets.py  the pages' stylesheet and images, shared by the runs of an output folder (_assets/)
@@ -22,6 +23,7 @@ from __future__ import annotations
 from .check import gate_subset
 from .docs import build_data_docs
 from .gate_report import quality_markdown, quality_rows
+from .groups import gate_subsets
 from .params import load_overrides
 from .profiles import ManifestParts, Source, add_shard_views, open_views, shards_profile
 from .results import GateResult, RunQuality, load_run, record_gate, record_run
@@ -37,6 +39,7 @@ __all__ = [
     "add_shard_views",
     "build_data_docs",
     "gate_subset",
+    "gate_subsets",
     "load_overrides",
     "load_run",
     "open_views",

@@ -10,7 +10,8 @@ model preset. The ``shards`` suite runs later, on the staged Energon dataset (:m
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
@@ -37,24 +38,75 @@ def gate_subset(
 ) -> GateResult:
     """The flow's gate for one subset: its manifests under ``cfg.out``, the run's options, the model
     preset, the gate overrides (``cfg.gate.gate_overrides``) and the subset's last published run."""
-    layout = OutputLayout(cfg.out)
-    geometry = geometry_of(cfg)
     if overrides is None:
         overrides = load_overrides(cfg.gate.gate_overrides)
-    return run_gate(
-        entry.subset,
-        ManifestParts.of(layout, "samples", entry.subset),
-        ManifestParts.of(layout, "media", entry.subset),
-        rows=entry.rows,
-        max_pixels=geometry.max_pixels,
-        min_pixels=geometry.min_pixels,
-        seq_len=cfg.tokens.seq_len,
-        max_num_images=cfg.tokens.max_num_images,
-        max_reject_rate=cfg.gate.max_reject_rate,
-        token_factor=geometry.token_factor,
+    return gate_one(gate_inputs(cfg, entry, run_id=run_id, overrides=overrides))
+
+
+@dataclass(frozen=True)
+class GateInputs:
+    """What one subset's gate reads: its manifests, its effective parameters (``rows`` and
+    ``factor_squared`` included), its expectation modes from the gate overrides and its baseline."""
+
+    subset: str
+    samples: Source
+    media: Source
+    params: dict[str, Any]
+    modes: Mapping[str, str] = field(default_factory=dict)
+    baseline: Baseline | None = None
+
+
+def gate_inputs(
+    cfg: RunConfig, entry: SubsetEntry, *, run_id: str | None, overrides: GateOverrides
+) -> GateInputs:
+    """The gate inputs of one subset of the run ``cfg`` (its manifests under ``cfg.out``)."""
+    layout = OutputLayout(cfg.out)
+    geometry = geometry_of(cfg)
+    return GateInputs(
+        subset=entry.subset,
+        samples=ManifestParts.of(layout, "samples", entry.subset),
+        media=ManifestParts.of(layout, "media", entry.subset),
+        params=effective_params(
+            entry.subset,
+            rows=entry.rows,
+            max_pixels=geometry.max_pixels,
+            min_pixels=geometry.min_pixels,
+            seq_len=cfg.tokens.seq_len,
+            max_num_images=cfg.tokens.max_num_images,
+            max_reject_rate=cfg.gate.max_reject_rate,
+            token_factor=geometry.token_factor,
+            overrides=overrides,
+        ),
+        modes=overrides.expectations_for(entry.subset),
         baseline=last_published(layout, entry.subset, exclude_run=run_id),
-        overrides=overrides,
     )
+
+
+def effective_params(
+    subset: str,
+    *,
+    rows: int,
+    max_pixels: int | None,
+    seq_len: int | None,
+    max_num_images: int | None,
+    max_reject_rate: float | None,
+    max_media_bytes: int | None = None,
+    min_pixels: int | None = None,
+    token_factor: int | None = None,
+    overrides: GateOverrides | None = None,
+) -> dict[str, Any]:
+    """The suites' parameters for one subset: :func:`.params.gate_params` plus the computed ``rows``
+    (the catalog's line count) and ``factor_squared``."""
+    return gate_params(
+        subset,
+        max_pixels=max_pixels,
+        min_pixels=min_pixels,
+        seq_len=seq_len,
+        max_num_images=max_num_images,
+        max_reject_rate=max_reject_rate,
+        max_media_bytes=max_media_bytes,
+        overrides=overrides,
+    ) | {"rows": rows, "factor_squared": token_factor**2 if token_factor else None}
 
 
 def run_gate(
@@ -82,28 +134,37 @@ def run_gate(
     them for this subset (and may switch single expectations off or to warnings). ``suites`` picks some
     of ``samples``, ``media`` and ``drift`` (default: all).
     """
-    _check_suite_names(suites)
-    t0 = time.perf_counter()
-    params: dict[str, Any] = gate_params(
+    params = effective_params(
         subset,
+        rows=rows,
         max_pixels=max_pixels,
         min_pixels=min_pixels,
         seq_len=seq_len,
         max_num_images=max_num_images,
         max_reject_rate=max_reject_rate,
         max_media_bytes=max_media_bytes,
+        token_factor=token_factor,
         overrides=overrides,
-    ) | {"rows": rows, "factor_squared": token_factor**2 if token_factor else None}
-    result = GateResult(subset=subset, passed=True, params=params, stage="gate")
+    )
     modes = overrides.expectations_for(subset) if overrides is not None else {}
-    with open_views({"samples": samples, "media": media}) as con:
+    return gate_one(GateInputs(subset, samples, media, params, modes, baseline), suites)
+
+
+def gate_one(inputs: GateInputs, suites: Sequence[str] = GATE_SUITES) -> GateResult:
+    """Validate one subset's ``suites`` (a validation per suite; :mod:`.groups` shares them)."""
+    _check_suite_names(suites)
+    t0 = time.perf_counter()
+    params = inputs.params
+    result = GateResult(subset=inputs.subset, passed=True, params=params, stage="gate")
+    modes = inputs.modes
+    with open_views({"samples": inputs.samples, "media": inputs.media}) as con:
         sprof = samples_profile(con)
         if "samples" in suites:
             run_suite(result, "samples", sprof, params, con, modes)
         if "media" in suites:
             run_suite(result, "media", media_profile(con, params["factor_squared"]), params, con, modes)
     if "drift" in suites:
-        run_suite(result, "drift", drift_profile(sprof, baseline), params, None, modes)
+        run_suite(result, "drift", drift_profile(sprof, inputs.baseline), params, None, modes)
     result.seconds = time.perf_counter() - t0
     return result
 

@@ -30,6 +30,7 @@ from ..manifests import OutputLayout
 from ..storage import is_local
 from .doc_assets import install_assets, share_assets
 from .gate_report import QualityDocs, report_html
+from .groups import GROUP_META
 from .gx import quiet_context
 from .results import DOCS, RunQuality, load_run, now, read_json, run_folder, write_json
 from .suites import SUITES, load_suite
@@ -189,10 +190,7 @@ def _store_results(ctx: Any, run: RunQuality) -> dict[tuple[str, str], Any]:
             for suite, data in result.results.items():
                 meta = dict(data.get("meta") or {})
                 meta["run_id"] = run_identifier.to_json_dict()
-                meta["batch_spec"] = {
-                    "data_asset_name": f"{sq.subset} ({suite} profile)",
-                    "batch_data": f"{suite} profile of subset {sq.subset}, aggregated by DuckDB",
-                }
+                meta["batch_spec"] = _batch_spec(sq.subset, suite, meta)
                 key = ValidationResultIdentifier(
                     ExpectationSuiteIdentifier(name=suite), run_identifier, sq.subset
                 )
@@ -200,6 +198,17 @@ def _store_results(ctx: Any, run: RunQuality) -> dict[tuple[str, str], Any]:
                 store.store_backend.set(store.key_to_tuple(key), text)
                 keys[(sq.subset, suite)] = key
     return keys
+
+
+def _batch_spec(subset: str, suite: str, meta: dict[str, Any]) -> dict[str, str]:
+    """What the page says was validated: the subset's profile, or the profiles of its gate group."""
+    group = (meta.get(GROUP_META) or {}).get("subsets")
+    if group:
+        names = ", ".join(group)
+        data = f"{suite} profiles of {len(group)} subsets in one validation ({names}), aggregated by DuckDB"
+    else:
+        data = f"{suite} profile of subset {subset}, aggregated by DuckDB"
+    return {"data_asset_name": f"{subset} ({suite} profile)", "batch_data": data}
 
 
 def _run_time_of(run_id: str) -> dt.datetime:
