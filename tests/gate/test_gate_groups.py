@@ -16,10 +16,17 @@ from vlmforge.schemas.records import SubsetEntry
 from vlmforge.tasks.gate.check import GateInputs, gate_inputs, gate_one
 from vlmforge.tasks.gate.docs import build_data_docs
 from vlmforge.tasks.gate.drift import Baseline
-from vlmforge.tasks.gate.groups import GROUP_META, gate_group, gate_subsets, group_suite, shared_params
+from vlmforge.tasks.gate.groups import (
+    GROUP_META,
+    gate_group,
+    gate_subsets,
+    group_suite,
+    groupable,
+    shared_params,
+)
 from vlmforge.tasks.gate.params import load_overrides
 from vlmforge.tasks.gate.results import GateResult, record_gate, record_run
-from vlmforge.tasks.gate.suites import load_suite
+from vlmforge.tasks.gate.suites import GATE_SUITES, load_suite
 from vlmforge.tasks.manifests import OutputLayout
 
 SAMPLE_RELEASE_OVERRIDES = Path(__file__).resolve().parents[2] / "expectations/sample-release-overrides.json"
@@ -152,6 +159,13 @@ def test_a_suite_that_refers_to_rows_otherwise_cannot_be_grouped() -> None:
     )
     with pytest.raises(ValueError, match=r"refers to \$rows"):
         group_suite(spec)
+    aggregate = load_suite("samples")
+    aggregate["expectations"].append(
+        {"type": "expect_column_max_to_be_between", "kwargs": {"column": "rows"}}
+    )
+    with pytest.raises(ValueError, match="not row by row"):
+        group_suite(aggregate)
+    assert all(groupable(s) for s in GATE_SUITES)
     with pytest.raises(ValueError, match=r"\$seq_len differs"):
         shared_params(load_suite("samples"), [{"seq_len": 10}, {"seq_len": 20}])
 
