@@ -15,8 +15,8 @@ rows, both added to the profile (:func:`group_frame`), so it stays exact per sub
 A passing group validation means every subset of it passed the suite: each subset stores the group's
 result, its meta naming the group (``vlmforge_group``). A failing one says nothing about which subset
 failed: each is validated again alone (:func:`.suite_run.run_suite`), so its failure lines, warnings and
-stored result are those of the per-subset gate. Subsets alone in their partition, and empty profiles
-(nothing a concatenation would check for them), take the per-subset path too.
+stored result are those of the per-subset gate. Subsets alone in their partition, and empty profiles of a
+suite that counts rows, take the per-subset path too.
 """
 
 from __future__ import annotations
@@ -144,11 +144,13 @@ def _partition_key(suite: str, m: _Profiled) -> Hashable:
 
 
 def _partitions(suite: str, members: Sequence[_Profiled]) -> list[list[_Profiled]]:
-    """The groups of two or more subsets with a non-empty profile that one validation of ``suite`` can
-    check together."""
+    """The groups of two or more subsets that one validation of ``suite`` can check together. An empty
+    profile joins a group unless the suite counts the subset's rows: a row-wise expectation holds over no
+    rows, as it does when the subset is validated alone, but the rows' sum of an empty profile is 0."""
+    counts_rows = "rows" in suite_parameters(load_suite(suite))
     by_key: dict[Hashable, list[_Profiled]] = defaultdict(list)
     for m in members:
-        if len(m.profiles[suite]):
+        if len(m.profiles[suite]) or not counts_rows:
             by_key[_partition_key(suite, m)].append(m)
     return [group for group in by_key.values() if len(group) > 1]
 
@@ -231,7 +233,9 @@ def group_frame(profiles: Sequence[tuple[str, pd.DataFrame, int]]) -> pd.DataFra
     import pandas as pd
 
     parts = []
-    for subset, profile, catalog_rows in profiles:
+    # an empty profile adds no row, but concatenated it could turn a typed column into objects
+    nonempty = [p for p in profiles if len(p[1])] or list(profiles[:1])
+    for subset, profile, catalog_rows in nonempty:
         part = profile.assign(**{SUBSET_COLUMN: subset})
         if "rows" in profile.columns:
             part[SUBSET_ROWS] = profile["rows"].sum()

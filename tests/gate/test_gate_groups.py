@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,11 @@ from vlmforge.tasks.gate.params import load_overrides
 from vlmforge.tasks.gate.results import GateResult, record_gate, record_run
 from vlmforge.tasks.gate.suites import GATE_SUITES, load_suite
 from vlmforge.tasks.manifests import OutputLayout
+from vlmforge.tasks.ops.sample_release.chat import asst, dump, txt, user
+from vlmforge.tasks.ops.sample_release.files import readme, write_files, write_jsonl
 
 SAMPLE_RELEASE_OVERRIDES = Path(__file__).resolve().parents[2] / "expectations/sample-release-overrides.json"
+TEXT_ONLY = ("text_chat_a", "text_chat_b")
 COMPARED = ("subset", "passed", "suites", "failures", "warnings", "relaxed", "params", "stage", "engine")
 
 
@@ -37,17 +41,41 @@ COMPARED = ("subset", "passed", "suites", "failures", "warnings", "relaxed", "pa
 def built(
     sample_release: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[RunConfig, list[SubsetEntry]]:
-    """Manifests of the sample release, batch by batch (no Prefect, no Ray)."""
+    """Manifests of the sample release and two text-only subsets, batch by batch (no Prefect, no Ray)."""
     from vlmforge.tasks.batch.batch_pipeline import build_batch
     from vlmforge.tasks.catalog.release_catalog import catalog_release
 
-    out = tmp_path_factory.mktemp("groups") / "out"
-    cfg = RunConfig(release=str(sample_release), out=str(out), batch_lines=4, max_reject_rate=0.01)
+    root = tmp_path_factory.mktemp("groups")
+    release = root / "release"
+    shutil.copytree(sample_release, release)
+    for subset in TEXT_ONLY:
+        _write_text_subset(release, subset, rows=5)
+    out = root / "out"
+    cfg = RunConfig(release=str(release), out=str(out), batch_lines=4, max_reject_rate=0.01)
     entries = catalog_release(cfg.source.release, batch_lines=cfg.batches.batch_lines)
     for e in entries:
         for i in range(len(e.batch_offsets) - 1):
             build_batch(e, i, cfg)
     return cfg, entries
+
+
+def _write_text_subset(release: Path, subset: str, rows: int) -> None:
+    """A subset of text-only conversations: its media manifest, and so its media profile, is empty."""
+    lines = [
+        dump({"id": f"{subset}-{i}", "messages": [user(txt(f"Question {i}?")), asst(f"Answer {i}.")]})
+        for i in range(rows)
+    ]
+    (release / subset).mkdir()
+    write_jsonl(release / subset / f"{subset}.jsonl", lines)
+    source = "Text-only conversations written by the test."
+    write_files(
+        release,
+        {
+            f"{subset}/README.md": readme(
+                subset, subset, source, "https://example.invalid/", [], "License: CC0"
+            )
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -187,3 +215,18 @@ def test_the_flow_entry_and_the_data_docs_of_a_group(built: tuple[RunConfig, lis
         f"samples profiles of {len(grouped)} subsets in one validation ({', '.join(grouped)})"
         in page.read_text()
     )
+
+
+def test_subsets_without_media_share_the_media_validation_but_not_the_row_count(
+    inputs: list[GateInputs],
+) -> None:
+    """A text-only subset's media profile is empty: nothing in it can fail a row-wise expectation, so it
+    joins the media group; its samples' rows are still counted against its own catalog."""
+    grouped = _assert_as_alone(inputs)
+    by_subset = {r.subset: r for r in grouped}
+    media_group = _group_of(by_subset[TEXT_ONLY[0]], "media")
+    assert media_group is not None and set(TEXT_ONLY) <= set(media_group)
+    assert len(media_group) == len(inputs)
+    short = [_with_params(i, rows=i.params["rows"] + 1) if i.subset == TEXT_ONLY[0] else i for i in inputs]
+    failed = {r.subset: r for r in gate_group(short)}[TEXT_ONLY[0]]
+    assert not failed.passed and failed.failures[0].startswith("samples: one row per input line")
