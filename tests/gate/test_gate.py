@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from gate_manifests import build_out
 
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.records import SubsetEntry
@@ -31,19 +32,6 @@ Rows = list[dict[str, Any]]
 NULLABLE_SAMPLES = pa.schema([f.with_nullable(True) for f in SAMPLES])
 NULLABLE_MEDIA = pa.schema([f.with_nullable(True) for f in MEDIA])
 SAMPLE_RELEASE_OVERRIDES = Path(__file__).resolve().parents[2] / "expectations/sample-release-overrides.json"
-
-
-def build_out(release: Path, out: Path) -> tuple[RunConfig, list[SubsetEntry]]:
-    """Manifests of the sample release under ``out``, batch by batch (no Prefect, no Ray)."""
-    from vlmforge.tasks.batch.batch_pipeline import build_batch
-    from vlmforge.tasks.catalog.release_catalog import catalog_release
-
-    cfg = RunConfig(release=str(release), out=str(out), batch_lines=4, max_reject_rate=0.01)
-    entries = catalog_release(cfg.source.release, batch_lines=cfg.batches.batch_lines)
-    for e in entries:
-        for i in range(len(e.batch_offsets) - 1):
-            build_batch(e, i, cfg)
-    return cfg, entries
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gate_manifests import build_out
 
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.records import SubsetEntry
@@ -42,21 +43,12 @@ def built(
     sample_release: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[RunConfig, list[SubsetEntry]]:
     """Manifests of the sample release and two text-only subsets, batch by batch (no Prefect, no Ray)."""
-    from vlmforge.tasks.batch.batch_pipeline import build_batch
-    from vlmforge.tasks.catalog.release_catalog import catalog_release
-
     root = tmp_path_factory.mktemp("groups")
     release = root / "release"
     shutil.copytree(sample_release, release)
     for subset in TEXT_ONLY:
         _write_text_subset(release, subset, rows=5)
-    out = root / "out"
-    cfg = RunConfig(release=str(release), out=str(out), batch_lines=4, max_reject_rate=0.01)
-    entries = catalog_release(cfg.source.release, batch_lines=cfg.batches.batch_lines)
-    for e in entries:
-        for i in range(len(e.batch_offsets) - 1):
-            build_batch(e, i, cfg)
-    return cfg, entries
+    return build_out(release, root / "out")
 
 
 def _write_text_subset(release: Path, subset: str, rows: int) -> None:
