@@ -222,3 +222,31 @@ def test_subsets_without_media_share_the_media_validation_but_not_the_row_count(
     short = [_with_params(i, rows=i.params["rows"] + 1) if i.subset == TEXT_ONLY[0] else i for i in inputs]
     failed = {r.subset: r for r in gate_group(short)}[TEXT_ONLY[0]]
     assert not failed.passed and failed.failures[0].startswith("samples: one row per input line")
+
+
+def test_a_subset_whose_manifest_cannot_be_read_fails_alone_in_the_flows_gate(
+    built: tuple[RunConfig, list[SubsetEntry]], tmp_path: Path
+) -> None:
+    """The flow's gate task over a group: one subset's samples manifest is not Parquet, so the group's
+    profiles cannot be made; that subset fails with its read error and every other one passes, recorded."""
+    from vlmforge.flows.stage_tasks import SubsetFailure, gate_task
+
+    cfg, entries = built
+    out = tmp_path / "out"
+    shutil.copytree(cfg.out, out)
+    cfg = cfg.model_copy(
+        update={
+            "out": str(out),
+            "gate": cfg.gate.model_copy(update={"gate_overrides": str(SAMPLE_RELEASE_OVERRIDES)}),
+        }
+    )
+    broken = entries[1].subset
+    layout = OutputLayout(str(out))
+    Path(layout.parts("samples", broken)[0]).write_bytes(b"not parquet")
+    results = gate_task.fn(cfg, entries, "r2", "test")
+    by_subset = dict(zip([e.subset for e in entries], results, strict=True))
+    failure = by_subset.pop(broken)
+    assert isinstance(failure, SubsetFailure) and "parquet" in failure.detail.lower(), failure
+    assert all(isinstance(r, GateResult) and r.passed for r in by_subset.values()), by_subset
+    recorded = {p.name for p in (out / "quality" / "r2").iterdir()}
+    assert {f"{s}.json" for s in by_subset} <= recorded and f"{broken}.json" not in recorded
