@@ -83,30 +83,14 @@ def gate_inputs(
 
 
 def effective_params(
-    subset: str,
-    *,
-    rows: int,
-    max_pixels: int | None,
-    seq_len: int | None,
-    max_num_images: int | None,
-    max_reject_rate: float | None,
-    max_media_bytes: int | None = None,
-    min_pixels: int | None = None,
-    token_factor: int | None = None,
-    overrides: GateOverrides | None = None,
+    subset: str, *, rows: int, token_factor: int | None = None, **limits: Any
 ) -> dict[str, Any]:
-    """The suites' parameters for one subset: :func:`.params.gate_params` plus the computed ``rows``
-    (the catalog's line count) and ``factor_squared``."""
-    return gate_params(
-        subset,
-        max_pixels=max_pixels,
-        min_pixels=min_pixels,
-        seq_len=seq_len,
-        max_num_images=max_num_images,
-        max_reject_rate=max_reject_rate,
-        max_media_bytes=max_media_bytes,
-        overrides=overrides,
-    ) | {"rows": rows, "factor_squared": token_factor**2 if token_factor else None}
+    """The suites' parameters for one subset: :func:`.params.gate_params` of ``limits`` plus the computed
+    ``rows`` (the catalog's line count) and ``factor_squared``."""
+    return gate_params(subset, **limits) | {
+        "rows": rows,
+        "factor_squared": token_factor**2 if token_factor else None,
+    }
 
 
 def run_gate(

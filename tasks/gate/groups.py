@@ -134,10 +134,9 @@ def _parameter_names(value: Any) -> Iterator[str]:
             yield from _parameter_names(v)
 
 
-def _partition_key(suite: str, m: _Profiled) -> Hashable:
+def _partition_key(suite: str, shared: Sequence[str], m: _Profiled) -> Hashable:
     """What parametrises ``suite`` for the subset but its own ``rows``: the suite's expectation modes and
-    its parameters as GX sees them."""
-    shared = sorted(suite_parameters(load_suite(suite)) - {"rows"})
+    its ``shared`` parameters (all but ``rows``) as GX sees them."""
     values = gx_params(m.inputs.params)
     modes = sorted((k, v) for k, v in m.inputs.modes.items() if k.split(".", 1)[0] == suite)
     return tuple(modes), tuple((name, values.get(name)) for name in shared)
@@ -147,11 +146,12 @@ def _partitions(suite: str, members: Sequence[_Profiled]) -> list[list[_Profiled
     """The groups of two or more subsets that one validation of ``suite`` can check together. An empty
     profile joins a group unless the suite counts the subset's rows: a row-wise expectation holds over no
     rows, as it does when the subset is validated alone, but the rows' sum of an empty profile is 0."""
-    counts_rows = "rows" in suite_parameters(load_suite(suite))
+    names = suite_parameters(load_suite(suite))
+    counts_rows, shared = "rows" in names, sorted(names - {"rows"})
     by_key: dict[Hashable, list[_Profiled]] = defaultdict(list)
     for m in members:
         if len(m.profiles[suite]) or not counts_rows:
-            by_key[_partition_key(suite, m)].append(m)
+            by_key[_partition_key(suite, shared, m)].append(m)
     return [group for group in by_key.values() if len(group) > 1]
 
 
