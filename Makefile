@@ -1,6 +1,7 @@
 # Two entry points, both doing all set-up on a fresh machine (see README.md):
 #   make demo   builds the sample release and runs the pipeline on it
 #   make test   runs the test suite (what .ci/run calls)
+#   make check  the inner loop: unit and contract tests, no Ray and no Prefect server (a few minutes)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 UV := $(VENV)/bin/uv
@@ -11,7 +12,7 @@ UV := $(VENV)/bin/uv
 # the PyTorch CPU index (a plain `torch` would pull a multi-GB CUDA build).
 TORCH_SOURCE := $(if $(wildcard /opt/wheels/torch-*),--find-links /opt/wheels,--extra-index-url https://download.pytorch.org/whl/cpu --index-strategy unsafe-best-match)
 
-.PHONY: setup demo test lint
+.PHONY: setup demo test check lint
 
 setup: $(VENV)/.installed
 
@@ -32,6 +33,10 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+# The tests not marked slow; a test among them that starts Ray or a Prefect server fails, naming itself.
+check: setup
+	VLMFORGE_CHECK=1 $(PY) -m pytest -q -m "not slow"
 
 lint: setup
 	$(VENV)/bin/ruff format --check .

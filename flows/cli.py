@@ -87,7 +87,8 @@ def run(
         accepted_image_formats(cfg.media.extra_image_formats)
     except ValueError as exc:  # an unknown format name
         raise UsageError(f"--accept-image-format: {exc}") from None
-    from .runtime import LoopbackRayTaskRunner, embedded_runtime
+    from .executors import runner_for
+    from .runtime import embedded_runtime
 
     # every mistake that can be found before Prefect and Ray start is found here (one line, exit 2)
     cfg = preflight_run(cfg, say=_note)
@@ -101,10 +102,10 @@ def run(
     from .run_lock import run_lock
     from .runtime import configured_api_url
 
-    runner = LoopbackRayTaskRunner(address=cfg.execution.ray_address, num_cpus=cfg.execution.num_cpus)
+    runner = runner_for(cfg)
     api_url = configured_api_url()  # None: the run starts a Prefect server of its own, gone when it ends
     with stops_cleanly("run"), run_lock(cfg.out, wait=wait_lock, say=_note):
-        _note(ray_line(cfg.execution.ray_address, cfg.execution.num_cpus))
+        _note(ray_line(cfg.execution))
         _note(prefect_line(api_url))
         # The flow's imports and Ray's start run while the Prefect server boots.
         with embedded_runtime(runner, while_booting=_import_flow), terminal_progress():

@@ -15,16 +15,15 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
-from ..schemas.config import RunConfig, StorageOptions
+from ..schemas.config import StorageOptions
 from ..schemas.records import SubsetEntry
 from ..tasks.catalog import RefreshPlan, plan_release_refresh, refresh_config
 from ..tasks.errors import OutputError
 from ..tasks.manifests import OutputLayout
 from ..tasks.ops import MixPlan
 from ..tasks.publish import ValidationReport, published_subsets
+from .executors import runner_for
 from .pipeline import run_release
-from .ray_attach import attach_kwargs
-from .runtime import LoopbackRayTaskRunner
 from .summary import RunSummary
 
 __all__ = [
@@ -41,17 +40,6 @@ __all__ = [
 def _md(text: object, limit: int = 400) -> str:
     """A value safe inside a markdown table cell."""
     return str(text).replace("|", "/").replace("\n", " ")[:limit]
-
-
-def runner_for(cfg: RunConfig) -> LoopbackRayTaskRunner:
-    """The task runner ``vlmforge run`` gives ``run_release``: ``cfg.execution.ray_address`` or a local
-    loopback Ray."""
-    return LoopbackRayTaskRunner(
-        address=cfg.execution.ray_address,
-        init_kwargs=attach_kwargs(cfg.execution.ray_address),
-        num_cpus=cfg.execution.num_cpus,
-        from_run_parameters=False,  # these are the run's options already
-    )
 
 
 # --- refresh -------------------------------------------------------------------------------------------

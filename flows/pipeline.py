@@ -41,6 +41,7 @@ from ..tasks.staging import as_released, stage_run_source
 from ..tasks.storage import ContentStore, OutputFullError, atomic_write_bytes
 from . import progress
 from .docs_link import served_docs_url
+from .executors import executor_cpus
 from .grouping import StageQueues, pack_batches
 from .run_names import run_name
 from .runtime import LoopbackRayTaskRunner, configured_api_url, hand_back_freed_memory
@@ -58,16 +59,8 @@ from .summary import RunSummary, SubsetOutcome, failures_markdown, summary_markd
 
 
 def _cluster_cpus(cfg: RunConfig) -> int:
-    """CPUs of the Ray cluster (one batch runs per CPU), else the configured ones."""
-    cpus = 0
-    try:
-        import ray
-
-        if ray.is_initialized():
-            cpus = int(ray.cluster_resources().get("CPU", 0))
-    except Exception:  # noqa: BLE001 - sizing is best effort; the configured CPUs are the fallback
-        cpus = 0
-    return cpus or cfg.execution.num_cpus or 2
+    """CPUs the run's tasks have (one batch runs per CPU)."""
+    return executor_cpus(cfg.execution)
 
 
 def _window(cpus: int) -> int:

@@ -10,9 +10,15 @@ from __future__ import annotations
 
 import os
 
+from ..schemas.config import ExecutionOptions
 
-def ray_line(address: str | None, num_cpus: int | None) -> str:
-    """One line: the Ray this run uses (its own, or the cluster it attaches to, and why)."""
+
+def ray_line(execution: ExecutionOptions) -> str:
+    """One line: the Ray this run uses (its own, or the cluster it attaches to, and why), or that it uses
+    none (``--executor local``)."""
+    address, num_cpus = execution.ray_address, execution.num_cpus
+    if execution.executor == "local":
+        return f"executor: local, {num_cpus or os.cpu_count() or 1} threads in this process (no Ray)"
     if address:
         return f"Ray: attaching to the cluster at {address} (--ray-address)"
     if os.environ.get("RAY_ADDRESS"):

@@ -455,13 +455,14 @@ class LoopbackRayTaskRunner(RayTaskRunner):
 
 @contextlib.contextmanager
 def embedded_runtime(
-    runner: LoopbackRayTaskRunner | None = None,
+    runner: object | None = None,
     while_booting: Callable[[], object] | None = None,
     startup_timeout_s: float = 180.0,
 ) -> Iterator[str]:
     """A Prefect API for the run (a loopback server when none is configured), started concurrently with
     the rest of the start-up: while the server boots, ``while_booting`` runs (the CLI imports the flow
-    there) and the local Ray ``runner`` would start is started, so its ``__enter__`` finds it up. Ray's
+    there) and the local Ray a :class:`LoopbackRayTaskRunner` ``runner`` would start is started, so its
+    ``__enter__`` finds it up (any other runner starts nothing here). Ray's
     processes inherit ``PREFECT_API_URL``. On the way out Ray stops first, then the server."""
     apply_quiet_env()
     url = configured_api_url()
@@ -472,7 +473,7 @@ def embedded_runtime(
         with use_api(url):  # before Ray starts: its processes inherit the URL
             if while_booting is not None:
                 while_booting()
-            if runner is not None and runner.starts_local_ray():
+            if isinstance(runner, LoopbackRayTaskRunner) and runner.starts_local_ray():
                 ray_home = start_local_ray(runner.num_cpus)
             if server is not None:
                 server.wait_healthy(startup_timeout_s)

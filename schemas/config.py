@@ -288,8 +288,15 @@ class GateOptions(_Options):
 class ExecutionOptions(_Options):
     model_config = ConfigDict(title="Execution")
 
+    executor: Literal["ray", "local"] = Field(
+        default="ray",
+        description="where tasks run: ray (a local Ray, or --ray-address) or local (threads of this process, "
+        "no Ray: for a quick look or debugging; same outputs)",
+    )
     ray_address: str | None = Field(default=None, description="existing Ray cluster (default: local)")
-    num_cpus: int | None = Field(default=None, gt=0, description="CPUs for the local Ray")
+    num_cpus: int | None = Field(
+        default=None, gt=0, description="CPUs for the local Ray (threads, with --executor local)"
+    )
 
 
 # The sub-models whose every field can change a batch's samples/media parts: hashed whole.

@@ -38,6 +38,37 @@ from vlmforge.flows.runtime import apply_quiet_env, ray_token_path  # noqa: E402
 apply_quiet_env()
 ray_token_path()
 
+#: ``make check``: the tests that need no service (not marked ``slow``); starting Ray or a Prefect server
+#: there is an error that names the test to mark
+CHECK_MODE = os.environ.get("VLMFORGE_CHECK") == "1"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if CHECK_MODE:
+        _refuse_services()
+
+
+def _refuse_services() -> None:
+    """In ``make check``, every way a test starts Ray or a Prefect server raises instead."""
+    import prefect.testing.utilities
+    import ray
+
+    import vlmforge.flows.ray_head
+    import vlmforge.flows.runtime
+
+    def refuse(what: str) -> Any:
+        def starter(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError(f"{what} under `make check`: mark this test (or its module) slow")
+
+        return starter
+
+    ray.init = refuse("ray.init")
+    prefect.testing.utilities.prefect_test_harness = refuse("a Prefect test server")
+    vlmforge.flows.runtime.spawn_prefect_server = refuse("a Prefect server")
+    vlmforge.flows.runtime.start_local_ray = refuse("a local Ray")
+    vlmforge.flows.ray_head.start_ray_head = refuse("a Ray head")
+
+
 REAL_MEDIA = Path(
     os.environ.get("VLMFORGE_REAL_MEDIA", Path(__file__).resolve().parents[2] / "shared/testdata/real-media")
 )
@@ -84,13 +115,6 @@ def running_local_ray(num_cpus: int = 2) -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    """One local Ray for a module's runs."""
-    with running_local_ray(2):
-        yield
-
-
-@pytest.fixture(scope="module")
 def moto_s3() -> Iterator[str]:
     """The endpoint URL of a loopback moto S3 server, one per test module, starting empty."""
     import urllib.request
@@ -134,14 +158,23 @@ def msc_profile(endpoint: str, bucket: str, folder: Path) -> Iterator[str]:
 # ----------------------------------------------------------------------------------------- flow runs
 
 
-def run_flow(cfg: RunConfig) -> Any:
-    """``run_release(cfg)`` against the test harness's API; the flow's runner starts a loopback Ray (or
-    reuses one the module initialised)."""
+def with_executor(cfg: RunConfig, executor: str, **execution: Any) -> RunConfig:
+    """``cfg`` run by ``executor`` (``local``: threads of the test process; ``ray``)."""
+    options = cfg.execution.model_copy(update={"executor": executor, **execution})
+    return cfg.model_copy(update={"execution": options})
+
+
+def run_flow(cfg: RunConfig, *, executor: str = "local") -> Any:
+    """``run_release(cfg)`` against the test harness's API, its tasks run by ``executor``: by default the
+    local one (threads of this process), as every test whose subject is the flow's logic, not the
+    cluster; ``"ray"`` starts a loopback Ray (or reuses one the test initialised or ``cfg`` names)."""
+    from vlmforge.flows.executors import runner_for
     from vlmforge.flows.pipeline import run_release
     from vlmforge.flows.runtime import embedded_runtime
 
+    cfg = with_executor(cfg, executor)
     with embedded_runtime():
-        return run_release(cfg)
+        return run_release.with_options(task_runner=runner_for(cfg))(cfg)
 
 
 def tree_hashes(root: Path) -> dict[str, str]:

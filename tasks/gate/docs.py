@@ -31,7 +31,7 @@ from ..storage import is_local
 from .doc_assets import install_assets, share_assets
 from .gate_report import QualityDocs, report_html
 from .groups import GROUP_META
-from .gx import quiet_context
+from .gx import GX_LOCK, quiet_context
 from .results import DOCS, RunQuality, load_run, now, read_json, run_folder, write_json
 from .suites import SUITES, load_suite
 
@@ -136,11 +136,12 @@ def _update_index(layout: OutputLayout, run: RunQuality) -> None:
 
 def _gx_site(root: Path, run: RunQuality) -> dict[tuple[str, str], str]:
     """Build Great Expectations' Data Docs for ``run`` into ``root``; returns the validation pages."""
-    ctx = _site_context(root)
-    _add_suites(ctx)
-    keys = _store_results(ctx, run)
-    ctx.build_data_docs(site_names=[SITE])
-    return _page_paths(ctx, keys, root)
+    with GX_LOCK:
+        ctx = _site_context(root)
+        _add_suites(ctx)
+        keys = _store_results(ctx, run)
+        ctx.build_data_docs(site_names=[SITE])
+        return _page_paths(ctx, keys, root)
 
 
 def _site_context(root: Path) -> Any:

@@ -8,10 +8,18 @@ with ``--skip-gate`` never needs it.
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 # Great Expectations reads this at import time; the gate must never phone home.
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+
+
+#: Held around every use of GX. GX keeps state per process that is not thread-safe (the gate's one context,
+#: the pyparsing parser of suite parameters: two validations at once in one process failed with
+#: "SuiteParameterParser.push_first() missing 1 required positional argument"). A Ray worker runs one task
+#: at a time anyway; the local executor's threads take turns here.
+GX_LOCK = threading.RLock()
 
 
 def quiet_context() -> Any:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from .gx import quiet_context
+from .gx import GX_LOCK, quiet_context
 from .params import gx_params
 from .profiles import sql_params
 from .results import GateResult
@@ -121,14 +121,17 @@ def _validate(
     its results in ``result_format`` (``BOOLEAN_ONLY``, ``BASIC``, ``SUMMARY``)."""
     import great_expectations as gx
 
-    batch_def = _batch_definition(suite_name)
-    suite = gx.ExpectationSuite(
-        name=suite_name, expectations=_indexed(spec["expectations"]), meta={"version": spec.get("version")}
-    )
-    batch = batch_def.get_batch(batch_parameters={"dataframe": frame})
-    return batch.validate(
-        suite, expectation_parameters=params, result_format={"result_format": result_format}
-    )
+    with GX_LOCK:
+        batch_def = _batch_definition(suite_name)
+        suite = gx.ExpectationSuite(
+            name=suite_name,
+            expectations=_indexed(spec["expectations"]),
+            meta={"version": spec.get("version")},
+        )
+        batch = batch_def.get_batch(batch_parameters={"dataframe": frame})
+        return batch.validate(
+            suite, expectation_parameters=params, result_format={"result_format": result_format}
+        )
 
 
 def _batch_definition(suite_name: str) -> Any:

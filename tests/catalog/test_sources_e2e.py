@@ -49,9 +49,7 @@ def _cfg(release: Path, out: Path, fmt: str, config: str) -> RunConfig:
 
 
 @pytest.fixture(scope="module")
-def runs(
-    prefect_harness: None, local_ray: None, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[Path, dict[str, Any]]:
+def runs(prefect_harness: None, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     base = tmp_path_factory.mktemp("layouts")
     releases = {
         "mantis": build_mantis(base / "Mantis-Instruct"),

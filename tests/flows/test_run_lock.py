@@ -53,7 +53,17 @@ def test_a_dead_runs_lock_is_taken_over(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_second_run_refuses_or_waits(prefect_harness: None, tmp_path: Path) -> None:
     release, out = _text_release(tmp_path), tmp_path / "out"
-    cmd = [sys.executable, "-m", "vlmforge.flows.cli", "run", str(release), "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "vlmforge.flows.cli",
+        "run",
+        str(release),
+        "--out",
+        str(out),
+        "--executor",
+        "local",
+    ]
     env = os.environ.copy() | {"PREFECT_API_URL": str(configured_api_url()), "PYTHONUNBUFFERED": "1"}
     waiting: subprocess.Popen[str] | None = None
     with run_lock(str(out)):

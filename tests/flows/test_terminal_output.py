@@ -25,7 +25,7 @@ def test_a_piped_run_prints_progress_lines_and_an_80_column_summary(
 ) -> None:
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "vlmforge.flows.cli", "run", str(sample_release), "--out", str(out)]
-    cmd += ["--subset", "photo_vqa", "--batch-lines", "2"]
+    cmd += ["--subset", "photo_vqa", "--batch-lines", "2", "--executor", "local"]
     env = os.environ.copy() | {"PREFECT_API_URL": str(configured_api_url()), "COLUMNS": "80"}
     t0 = time.monotonic()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)

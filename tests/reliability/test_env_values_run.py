@@ -1,11 +1,12 @@
-"""A real ``vlmforge run`` (CLI, embedded Prefect server and Ray, DEBUG logging) with recipes that take values
-from the environment, against a loopback HTTP server:
+"""A real ``vlmforge run`` (CLI, its own Prefect server, whose database is searched, DEBUG logging; the local
+executor: a value's way through Ray's processes and logs is tests/reliability/test_secrets_run.py's) with
+recipes that take values from the environment, against a loopback HTTP server:
 
 - ``url: http://127.0.0.1:PORT/${PLANTED}/{name}`` with PLANTED set (and even allowed) is refused before any
   fetch, with the reason;
 - ``url: ${VF_MIRROR}/{name}`` with ``--env-allow VF_MIRROR`` fetches every image, and the mirror's value
-  (it holds a planted token in its path) is in no file the run writes (output folder, Prefect database, Ray
-  logs, temp files) and not in its console output: the upstream column says ``${VF_MIRROR}/a.jpg``.
+  (it holds a planted token in its path) is in no file the run writes (output folder, Prefect database,
+  temp files) and not in its console output: the upstream column says ``${VF_MIRROR}/a.jpg``.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def run(
     }
     env.pop("PREFECT_API_URL", None)
     cmd = [sys.executable, "-m", "vlmforge.flows.cli", "run", str(release(tmp)), "--out", str(out)]
-    cmd += ["--recipes", str(recipes), "--skip-gate", "--num-cpus", "1", *args]
+    cmd += ["--recipes", str(recipes), "--skip-gate", "--num-cpus", "1", "--executor", "local", *args]
     with console.open("wb") as handle:
         proc = subprocess.run(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env, timeout=RUN_TIMEOUT_S)
     return proc.returncode, console.read_text(errors="replace"), out

@@ -3,7 +3,10 @@ middle of a task, and a full output volume. After each, a plain rerun ends with 
 run, nothing partial is ever under a final name, and no stored object is fetched twice.
 
 Every run is the real ``vlmforge run`` CLI in its own session (so a kill reaches the driver, the Ray head it
-started and every Ray worker: they share the session), on a release made of the sample release's
+started and every Ray worker: they share the session). The reference run and the worker kill run on Ray; the
+killed runs and their resumes on the local executor (the tasks in threads of the run's process: a kill ends
+them with it), which writes the same bytes (tests/flows/test_executor_seam.py) without a Ray start per run,
+so the final rerun's bytes are compared with a Ray run's. The release is made of the sample release's
 ``photo_vqa`` subset (images in a release tar, loose ones, a 27 MP photo that is resized) and a
 ``remote_photos`` subset whose media a recipe sends to an HTTP server on 127.0.0.1. The Prefect API is the
 session's test server (outside the killed session).
@@ -105,9 +108,9 @@ class World:
     ref_seconds: float = 0.0
     ref_events: list[str] = field(default_factory=list)  # "stage:n", as the reference run reported them
 
-    def args(self, out: Path) -> list[str]:
+    def args(self, out: Path, executor: str) -> list[str]:
         subsets = [a for s in SUBSETS for a in ("--subset", s)]
-        batch = ["--batch-lines", str(BATCH_LINES)]
+        batch = ["--batch-lines", str(BATCH_LINES), "--executor", executor]
         return [str(self.release), "--out", str(out), "--recipes", str(self.recipes), *subsets, *batch]
 
     def env(self, **extra: str) -> dict[str, str]:
@@ -160,7 +163,8 @@ def world(
         w.reference = root / "reference"
         t0 = time.time()
         with StageEvents() as events:
-            proc = start_run(w, w.reference, root / "reference.log", **events.env)
+            # the reference runs on Ray, as a user's run: the killed runs (local) must end with its bytes
+            proc = start_run(w, w.reference, root / "reference.log", "ray", **events.env)
             wait_run(proc, root / "reference.log")
         w.ref_seconds = time.time() - t0
         w.ref_snapshot = snapshot(w.reference)
@@ -175,11 +179,13 @@ def world(
 # ------------------------------------------------------------------------------------------ processes
 
 
-def start_run(w: World, out: Path, log: Path, **env: str) -> subprocess.Popen[bytes]:
-    """``vlmforge run`` in a session of its own: every process it starts (Ray included) shares it."""
+def start_run(w: World, out: Path, log: Path, executor: str = "local", **env: str) -> subprocess.Popen[bytes]:
+    """``vlmforge run`` in a session of its own: every process it starts (Ray included) shares it. Its tasks
+    run on ``executor``: the local one (threads of the run's process) unless the test is about Ray's
+    processes; a kill at a stage event ends the run's every process either way."""
     with log.open("ab") as handle:
         return subprocess.Popen(
-            [sys.executable, "-m", "vlmforge.flows.cli", "run", *w.args(out)],
+            [sys.executable, "-m", "vlmforge.flows.cli", "run", *w.args(out, executor)],
             stdout=handle,
             stderr=subprocess.STDOUT,
             env=w.env(**env),
@@ -522,7 +528,7 @@ def test_a_ray_worker_killed_mid_task_is_retried_and_the_run_ends_the_same(world
     out, log = w.root / "worker-killed", w.root / "worker-killed.log"
     t0 = time.time()
     path = os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH", "")) if p)
-    proc = start_run(w, out, log, PYTHONPATH=path, VLMFORGE_FAULT_DIR=str(markers))
+    proc = start_run(w, out, log, "ray", PYTHONPATH=path, VLMFORGE_FAULT_DIR=str(markers))
     wait_run(proc, log)
     faults = sorted(p.name for p in markers.iterdir())
     run = flow_run_since(w, t0)

@@ -1,8 +1,9 @@
-"""A real ``vlmforge run`` (CLI, embedded Prefect and Ray) against a hostile loopback upstream
-(``tests/drip_server.py``): a status line and headers dripped one byte at a time, a redirect whose body
-never ends, a redirect to another port. With ``--fetch-request-timeout 3`` every dripping reference ends
-``timeout`` with the deadline's words, no connection is held much past the deadline (each attempt's), the
-cross-port redirect is refused with its reason, and the good references are published."""
+"""A real ``vlmforge run`` (CLI, the session's Prefect server, the local executor) against a hostile
+loopback upstream (``tests/drip_server.py``): a status line and headers dripped one byte at a time, a
+redirect whose body never ends, a redirect to another port. With ``--fetch-request-timeout 3`` every
+dripping reference ends ``timeout`` with the deadline's words, no connection is held much past the
+deadline (each attempt's), the cross-port redirect is refused with its reason, and the good references
+are published."""
 
 from __future__ import annotations
 
@@ -54,7 +55,9 @@ def scratch() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_a_hostile_upstream_cannot_hold_a_run(tmp_path: Path, scratch: Path) -> None:
+def test_a_hostile_upstream_cannot_hold_a_run(prefect_harness: None, tmp_path: Path, scratch: Path) -> None:
+    from vlmforge.flows.runtime import configured_api_url
+
     other = DripServer()
     with DripServer(pace=0.5) as srv, other:
         srv.redirects["/to-port.jpg"] = other.url("/ok.jpg")
@@ -65,13 +68,12 @@ def test_a_hostile_upstream_cannot_hold_a_run(tmp_path: Path, scratch: Path) -> 
         (recipes / f"{SUBSET}.yaml").write_text(recipe)
         env = os.environ.copy() | {
             "TMPDIR": str(scratch),
-            "RAY_TMPDIR": str(scratch),
             "PYTHONUNBUFFERED": "1",
+            "PREFECT_API_URL": str(configured_api_url()),
         }
-        env |= {"PREFECT_HOME": str(scratch / "prefect")}
-        env.pop("PREFECT_API_URL", None)
         cmd = [sys.executable, "-m", "vlmforge.flows.cli", "run", str(release(tmp_path)), "--out", str(out)]
         cmd += ["--recipes", str(recipes), "--skip-gate", "--num-cpus", "1", "--max-reject-rate", "0.9"]
+        cmd += ["--executor", "local"]
         cmd += ["--fetch-request-timeout", str(REQUEST_TIMEOUT)]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=RUN_TIMEOUT_S)
         text = proc.stdout + proc.stderr

@@ -49,7 +49,7 @@ def bridge_py() -> Path:
 
 @pytest.fixture(scope="module")
 def runs(
-    bridge_py: Path, prefect_harness: None, local_ray: None, sample_release: Path, tmp_path_factory: Any
+    bridge_py: Path, prefect_harness: None, sample_release: Path, tmp_path_factory: Any
 ) -> dict[str, Path]:
     """The sample release run with each Bridge trainer; trainer -> output folder."""
     base = tmp_path_factory.mktemp("bridge-fed")

@@ -105,16 +105,14 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
 
 
 @pytest.fixture(scope="module")
-def layouts_run(
-    bridge: BridgeData, prefect_harness: None, local_ray: None, replicas: tuple[Path, dict[str, Path]]
-) -> Path:
+def layouts_run(bridge: BridgeData, prefect_harness: None, replicas: tuple[Path, dict[str, Path]]) -> Path:
     """Each layout's replica staged and run with ``--trainer bridge-qwen2.5-vl`` into one output folder."""
     return _run_layouts(TRAINER, *replicas)
 
 
 @pytest.fixture(scope="module")
 def qwen3_layouts_run(
-    bridge: BridgeData, prefect_harness: None, local_ray: None, replicas: tuple[Path, dict[str, Path]]
+    bridge: BridgeData, prefect_harness: None, replicas: tuple[Path, dict[str, Path]]
 ) -> Path:
     """The same replicas run with ``--trainer bridge-qwen3-vl`` (its fed path differs most on videos)."""
     return _run_layouts(QWEN3_TRAINER, *replicas)
