@@ -57,6 +57,8 @@ REASONS: Final[dict[str, Reason]] = {
             "no_assistant_turn": "the conversation has no assistant turn: nothing for a trainer to learn",
             "empty_turn": "a turn with neither text nor media (empty, blank or null content)",
             "unknown_role": "a turn's role is not system, user or assistant (the role is named)",
+            "unreadable_source": "a `--format` source file that cannot be read (a `.parquet` that is not "
+            "Parquet, ...): one line stands for the file, naming it and why",
         },
     ),
     # ------------------------------------------------------------------ a sample's media (batch)
