@@ -38,6 +38,7 @@ def preflight_run(cfg: RunConfig, say: Callable[[str], None] = lambda _: None) -
     cfg = _model(cfg, say)
     _paths(cfg)
     _release(cfg)
+    _overlaps(cfg)
     _recipes(cfg)
     _gate_overrides(cfg)
     _contradictions(cfg)
@@ -114,6 +115,15 @@ def _release(cfg: RunConfig) -> None:
         close = difflib.get_close_matches(unknown[0], names, n=1)
         hint = f"did you mean --subset {close[0]}?" if close else f"subsets: {_listing(names)}"
         raise UsageError(f"--subset {', '.join(unknown)}: not in release {release}", hint)
+
+
+def _overlaps(cfg: RunConfig) -> None:
+    """OUT and the store overlap neither the release nor a media root, either way (``overlap.py``)."""
+    from .overlap import overlap_problem
+
+    problem = overlap_problem(cfg)
+    if problem is not None:
+        raise UsageError(*problem)
 
 
 def _recipes(cfg: RunConfig) -> None:

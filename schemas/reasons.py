@@ -57,6 +57,8 @@ REASONS: Final[dict[str, Reason]] = {
             "no_assistant_turn": "the conversation has no assistant turn: nothing for a trainer to learn",
             "empty_turn": "a turn with neither text nor media (empty, blank or null content)",
             "unknown_role": "a turn's role is not system, user or assistant (the role is named)",
+            "unreadable_source": "a `--format` source file that cannot be read (a `.parquet` that is not "
+            "Parquet, ...): one line stands for the file, naming it and why",
         },
     ),
     # ------------------------------------------------------------------ a sample's media (batch)
@@ -93,7 +95,8 @@ REASONS: Final[dict[str, Reason]] = {
             "not_an_image": "the bytes are not an image format the pipeline reads (HTML page, text, ...)",
             "unsupported_format": "an image or video format vlmforge does not accept (XPM, FITS, SWF, HEIF "
             "without its plugin, ...)",
-            "truncated": "the file ends before its image data does",
+            "truncated": "the file ends before its data does (a body cut short, a release tar member whose "
+            "header claims more bytes than the tar holds)",
             "decode_error": "the decoder failed on the file's data",
             "decompression_bomb": "the header claims more pixels than --max-image-pixels",
             "too_small": "a displayed side is below --min-image-side (or the header claims zero)",
@@ -130,6 +133,8 @@ REASONS: Final[dict[str, Reason]] = {
             "bad_archive": "not a readable zip/tar, unsupported compression or encryption",
             "no_source": "no recipe source applies to the reference (or the reference is unsafe)",
             "source_error": "anything else a source raised, with its message",
+            "match_budget": "a recipe source's `match` regex was not run to its end on the reference: over "
+            "4,096 characters, or past its 0.25 s budget (a pattern that backtracks)",
         },
     ),
 }

@@ -14,7 +14,9 @@ A recipe lists sources, tried in order for every reference; the first one that y
 Templates name variables in braces: ``{ref}`` (the normalised reference), ``{name}`` (its last path
 component), ``{stem}``, ``{ext}`` (without the dot), ``{dir}`` (``""`` at top level), ``{shard}`` (archives
 with ``shards``), and the named groups of the source's ``match`` regex. A reference that the regex does not
-match is not looked up in that source.
+match is not looked up in that source. The regex runs with a budget (``recipe_match.py``: a time limit per
+search, a cap on the reference's length), so a pattern that backtracks rejects a reference instead of
+hanging its batch.
 
 ``${NAME}`` takes a value from the environment, only where the schema says a value may come from there and
 only when the user allows that variable (``vlmforge run --env-allow NAME``): as the whole start of a
@@ -38,6 +40,7 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .recipe_match import Pattern, compile_match, search_bounded
 from .safe_yaml import load_limited
 from .subset_names import subset_name_problem
 
@@ -162,15 +165,16 @@ def fill(template: str, variables: dict[str, str]) -> str:
     return expand_env(template).format_map(variables)
 
 
-def ref_variables(ref: str, match: re.Pattern[str] | None) -> dict[str, str] | None:
-    """Template variables of one normalised reference, or None when ``match`` does not match it."""
+def ref_variables(ref: str, match: Pattern | None) -> dict[str, str] | None:
+    """Template variables of one normalised reference, or None when ``match`` does not match it. Raises
+    :class:`~.recipe_match.MatchBudgetError` when the search is refused or outruns its budget."""
     name = posixpath.basename(ref)
     stem, dot, ext = name.rpartition(".")
     if not dot:
         stem, ext = name, ""
     variables = {"ref": ref, "name": name, "stem": stem, "ext": ext, "dir": posixpath.dirname(ref)}
     if match is not None:
-        m = match.search(ref)
+        m = search_bounded(match, ref)
         if m is None:
             return None
         variables |= {k: v or "" for k, v in m.groupdict().items()}
@@ -202,19 +206,16 @@ class _SourceBase(_Model):
     @classmethod
     def _regex(cls, v: str | None) -> str | None:
         if v is not None:
-            try:
-                re.compile(v)
-            except re.error as exc:
-                raise ValueError(f"match is not a valid regex: {exc}") from None
+            compile_match(v)  # the engine that runs it (recipe_match.py); ValueError with its words
         return v
 
-    def compiled_match(self) -> re.Pattern[str] | None:
-        return re.compile(self.match) if self.match else None
+    def compiled_match(self) -> Pattern | None:
+        return compile_match(self.match) if self.match else None
 
     def _check_templates(self, extra: frozenset[str], **templates: str | None) -> None:
         allowed = BASE_VARIABLES | extra
         if self.match:
-            allowed = allowed | set(re.compile(self.match).groupindex)
+            allowed = allowed | set(compile_match(self.match).groupindex)
         for field, template in templates.items():
             if template is None:
                 continue

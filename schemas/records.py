@@ -19,6 +19,9 @@ Message = dict[str, Any]  # {"role": str, "content": list[Part]}
 
 #: Content part types that carry media (the rest is text).
 MEDIA_TYPES = ("image", "video")
+#: The key of a staged line that stands for a source file staging could not read (``tasks/staging``): the
+#: parser rejects it as ``unreadable_source`` with the text it holds.
+STAGED_ERROR = "vlmforge_unreadable"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """YAML written by someone else, read with limits: no anchors or aliases, a node budget, a depth cap and a
 size cap, so a hostile file (a "billion laughs" of nested aliases, a 100 MB list, a 10,000-deep nesting) is
-refused in milliseconds with a reason instead of growing the process by gigabytes.
+refused in milliseconds with a reason instead of growing the process by gigabytes. A key given twice in one
+mapping is refused too (PyYAML keeps the last one silently: a second ``url:`` would quietly win).
 
 Why refuse aliases outright rather than count the expanded nodes: PyYAML resolves an alias to the SAME
 object, so loading is cheap and the blow-up happens later, wherever the value is walked (``repr`` of an
@@ -15,6 +16,7 @@ from typing import Any, Final
 
 import yaml
 from yaml.events import AliasEvent, CollectionStartEvent, ScalarEvent
+from yaml.nodes import MappingNode
 
 MAX_BYTES: Final = 1024 * 1024  # a recipe is a few KB; the shipped catalog's largest is under 2 KB
 MAX_NODES: Final = 20_000  # scalars + collections
@@ -22,7 +24,8 @@ MAX_DEPTH: Final = 32
 
 
 class YamlLimitError(yaml.YAMLError):
-    """The document breaks one of the limits (alias, node budget, depth, size): the message says which."""
+    """The document breaks one of the limits (alias, node budget, depth, size, a duplicate key): the
+    message says which."""
 
 
 class _LimitedLoader(yaml.SafeLoader):
@@ -30,6 +33,7 @@ class _LimitedLoader(yaml.SafeLoader):
 
     max_nodes = MAX_NODES
     max_depth = MAX_DEPTH
+    unique_keys = True
 
     def __init__(self, stream: Any) -> None:
         super().__init__(stream)
@@ -60,19 +64,39 @@ class _LimitedLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        """A mapping whose keys are all different; a key given twice is refused, naming it and both lines."""
+        if self.unique_keys and isinstance(node, MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    first = seen.get(key)
+                except TypeError:
+                    continue  # an unhashable key: SafeLoader's own error says so
+                if first is not None:
+                    raise YamlLimitError(
+                        f"line {line}: duplicate key {_short(str(key))!r} (first at line {first}): keep one"
+                    )
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
 
 def _short(text: str | None, limit: int = 40) -> str:
     text = text or ""
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def load_limited(text: str | bytes, *, max_bytes: int = MAX_BYTES) -> Any:
+def load_limited(text: str | bytes, *, max_bytes: int = MAX_BYTES, unique_keys: bool = True) -> Any:
     """One YAML document decoded with the limits above; raises :class:`YamlLimitError` (a ``yaml.YAMLError``)
-    naming the limit, or ``yaml.YAMLError`` for invalid YAML."""
+    naming the limit, or ``yaml.YAMLError`` for invalid YAML. ``unique_keys=False`` lets a repeated key
+    keep its last value (PyYAML's rule) for a document vlmforge only reads a field or two of."""
     size = len(text.encode("utf-8") if isinstance(text, str) else text)
     if size > max_bytes:
         raise YamlLimitError(f"{size} bytes is over the {max_bytes}-byte limit for this file")
     loader = _LimitedLoader(text)
+    loader.unique_keys = unique_keys
     try:
         return loader.get_single_data()
     finally:

@@ -9,6 +9,7 @@ failure is a rejected media row and the reason of the sample that uses the refer
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 
 from ...schemas.config import RunConfig
@@ -64,8 +65,13 @@ class MediaStep:
     ) -> None:
         self.entry, self.cfg, self.store, self.host_share = entry, cfg, store, host_share
         self.normalise = Normaliser(cfg, geometry, store)
+        timeout = cfg.fetch.fetch_batch_timeout  # the batch deadline also bounds indexing the media tars
         self.resolver = MediaResolver(
-            entry.path, entry.media_tars, cfg.media.media_roots, storage_options=entry.storage_options
+            entry.path,
+            entry.media_tars,
+            cfg.media.media_roots,
+            storage_options=entry.storage_options,
+            deadline=None if timeout is None else time.monotonic() + timeout,
         )
         # With a media recipe that names remote sources, the fetch stage answers every reference.
         recipe = find_recipe(entry.subset, cfg.media.catalogs)
@@ -159,7 +165,7 @@ class MediaStep:
         try:
             resolved = self.resolver.resolve(row.ref)
         except MissingMedia as exc:
-            return rejected(row, reason("missing_media", str(exc)), reason("missing_media", row.ref))
+            return rejected(row, *exc.reasons(row.ref))
         row.source = resolved.source
         return _Bytes(resolved.data)
 

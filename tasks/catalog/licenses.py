@@ -104,7 +104,7 @@ def _front_matter_license(readme: str) -> tuple[str | None, str | None]:
     import yaml
 
     try:  # a release's README is untrusted: no aliases (a "billion laughs" under license:), node caps
-        meta = load_limited(m.group(1))
+        meta = load_limited(m.group(1), unique_keys=False)  # a card's other keys are not ours to judge
     except yaml.YAMLError:
         return None, None
     if not isinstance(meta, dict) or not meta.get("license"):

@@ -7,6 +7,7 @@ from .client import HttpClient, HttpOptions
 from .failures import (
     BAD_ARCHIVE,
     HTTP_404,
+    MATCH_BUDGET,
     NO_SOURCE,
     NOT_FOUND,
     NOT_IN_ARCHIVE,
@@ -35,6 +36,7 @@ __all__ = [
     "FetchStream",
     "FsRangeSource",
     "HTTP_404",
+    "MATCH_BUDGET",
     "HttpClient",
     "HttpOptions",
     "LocalLocation",

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+from ...schemas.recipe_match import MatchBudgetError
 from ...schemas.recipes import Recipe, ref_variables
 from ..catalog import check_ready
 from ..errors import ConfigError
@@ -29,7 +30,7 @@ from ..parse import normalize_ref, unsafe_ref_reason
 from ..storage import ContentStore
 from .batch_state import BatchRun
 from .client import HttpClient, HttpOptions
-from .failures import NO_SOURCE, NOT_FOUND, FetchError
+from .failures import MATCH_BUDGET, NO_SOURCE, NOT_FOUND, TIMEOUT, FetchError
 from .options import FetchContext, FetchKnobs
 from .outcomes import FetchOutcome, FetchResult, FetchStats, Located, final_failure
 from .recipe_env import bind_environment
@@ -108,7 +109,9 @@ def _answer(run: BatchRun, recipe: Recipe, refs: Iterable[str]) -> dict[str, Fet
             outcomes[ref] = FetchOutcome(ref, NO_SOURCE, detail=f"unsafe reference ({bad})")
     todo = [r for r in order if r not in outcomes]
     for source in recipe.sources:
-        located = _located(todo, source.compiled_match())
+        located, refused = _located(todo, source.compiled_match(), run.deadline)
+        for ref, err in refused.items():
+            errors[ref].append((source.kind, err))
         if not located:
             continue
         for ref, answer in SOURCES[source.kind].answer(source, located, run).items():
@@ -123,14 +126,24 @@ def _answer(run: BatchRun, recipe: Recipe, refs: Iterable[str]) -> dict[str, Fet
     return {ref: outcomes[ref] for ref in order}
 
 
-def _located(refs: list[str], match: Any) -> Located:
-    """The references a source's ``match`` accepts, with their template variables."""
+def _located(refs: list[str], match: Any, deadline: float | None) -> tuple[Located, dict[str, FetchError]]:
+    """The references a source's ``match`` accepts, with their template variables, and those it could not
+    judge: a search refused or past its budget (``match_budget``, :mod:`...schemas.recipe_match`), or not
+    started because the batch deadline (``time.monotonic()``) had come."""
     located: Located = {}
+    refused: dict[str, FetchError] = {}
     for ref in refs:
-        variables = ref_variables(normalize_ref(ref), match)
+        if match is not None and deadline is not None and time.monotonic() >= deadline:
+            refused[ref] = FetchError(TIMEOUT, "batch deadline reached before the source's match was tried")
+            continue
+        try:
+            variables = ref_variables(normalize_ref(ref), match)
+        except MatchBudgetError as exc:
+            refused[ref] = FetchError(MATCH_BUDGET, str(exc))
+            continue
         if variables is not None:
             located[ref] = variables
-    return located
+    return located, refused
 
 
 class FetchStream:

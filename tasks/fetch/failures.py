@@ -38,6 +38,7 @@ UNSAFE_MEMBER = REASONS[
 BAD_ARCHIVE = REASONS["bad_archive"].code  # not a readable zip/tar, unsupported compression or encryption
 NO_SOURCE = REASONS["no_source"].code  # no recipe source applies to the reference
 SOURCE_ERROR = REASONS["source_error"].code  # anything else a source raised, with its message
+MATCH_BUDGET = REASONS["match_budget"].code  # a source's match regex not run to its end on the reference
 
 FAILURE_CLASSES: tuple[str, ...] = (
     DNS_ERROR,
@@ -58,6 +59,7 @@ FAILURE_CLASSES: tuple[str, ...] = (
     BAD_ARCHIVE,
     NO_SOURCE,
     SOURCE_ERROR,
+    MATCH_BUDGET,
 )
 # Retried within a run (with backoff); the rest fail at once. Every failure is retried by a later run.
 TRANSIENT: frozenset[str] = frozenset({DNS_ERROR, CONNECT_ERROR, TIMEOUT, HTTP_429, HTTP_5XX, TRUNCATED})

@@ -1,6 +1,10 @@
 """Politeness per host: a limit on requests in flight, a pause that a 429/503 ``Retry-After`` puts on the
 whole host, and a circuit breaker that stops trying a host after too many consecutive transient failures.
 
+A reference that waits for a host's pause and would wait past the batch deadline is not sent: it ends with
+the class of the answer that paused the host (``http_429`` or ``http_5xx``, retried by a later run), not as
+a ``timeout`` of its own; it never counts towards the host's circuit breaker.
+
 Every transfer (HTTP requests, resumed tar streams, s3:// and hf:// object reads) takes one of its host's
 slots for the duration of an attempt and reports how the attempt ended, so the limits hold for a worker
 process whatever mix of sources its batches read. The state is shared by every thread of the process.
@@ -25,6 +29,7 @@ class HostState:
     slots: threading.BoundedSemaphore
     limit: int
     pause_until: float = 0.0
+    pause_failure: str = HTTP_429  # the class of the answer whose Retry-After set ``pause_until``
     failures: int = 0
     open_until: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -94,7 +99,9 @@ class HostTable:
                 state.open_until = 0.0
                 return
             if err.retry_after is not None and err.failure in (HTTP_429, HTTP_5XX):
-                state.pause_until = max(state.pause_until, time.monotonic() + err.retry_after)
+                until = time.monotonic() + err.retry_after
+                if until > state.pause_until:
+                    state.pause_until, state.pause_failure = until, err.failure
             if err.failure in HOST_FAILURES:
                 state.failures += 1
                 if state.failures >= self.breaker_failures:
@@ -120,13 +127,18 @@ class HostTable:
 
 
 def _wait_for_pause(state: HostState, host: str, deadline: float | None) -> None:
-    """Sleep while a 429/503 Retry-After pauses the whole host (not just one request)."""
+    """Sleep while a 429/503 Retry-After pauses the whole host (not just one request). A pause that lasts
+    past ``deadline`` fails the waiting reference with the host's own answer (``http_429`` / ``http_5xx``,
+    its ``retry_after`` the time left), not sent and not a timeout."""
     while True:
         wait = state.pause_until - time.monotonic()
         if wait <= 0:
             return
         if deadline is not None and time.monotonic() + wait > deadline:
             raise FetchError(
-                TIMEOUT, f"{host} asked to wait {wait:.0f} s (Retry-After), past the batch deadline"
+                state.pause_failure,
+                f"not sent: {host} asked every request to wait {wait:.0f} s (Retry-After), past the batch "
+                "deadline",
+                retry_after=wait,
             )
         time.sleep(min(wait, 1.0))

@@ -13,9 +13,12 @@ Names match in Unicode NFC on both sides: a reference typed in NFC finds a file 
 stored in NFD (macOS writes NFD) and the reverse; where two different names on disk normalise alike and
 neither is the exact reference, the miss is ``ambiguous:`` too. The subset folder and its tars may
 live on any fsspec filesystem (the catalog gives them as URLs; the release's ``storage_options`` come
-along). Tar members are read by offset, so a batch pulls only the members it references; tar headers are
-read with bounded memory (``SafeTarInfo``), and members are judged by the archive rule of :mod:`.members`
-(links, devices and escaping names are never served).
+along). Tar members are read by offset, so a batch pulls only the members it references; the member table
+is read header to header by seeking (:mod:`.tar_index`: bounded headers, never a member's bytes), and
+members are judged by the archive rule of :mod:`.members` (links, devices and escaping names are never
+served). A member whose header claims more bytes than the tar holds is a ``truncated`` miss of its own
+reference, found while indexing; every read is bounded by the file's real size, and with a ``deadline``
+(the batch's) indexing stops there and the misses it leaves are ``timeout``.
 
 Symlinks: a media root is the user's own folder and its symlinks are followed. A symlink inside the release
 (the subset folder, ``media/``) is followed only while its target stays inside the subset folder: a release
@@ -40,12 +43,13 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
+from ...schemas.reasons import REASONS, reason
 from ..parse import normalize_ref, unsafe_ref_reason
 from ..storage import is_local, url_to_fs
 from .archive_members import normalize_member, tar_member_problem
-from .failures import NOT_FOUND, SOURCE_ERROR, TRUNCATED, UNSAFE_MEMBER
+from .failures import NOT_FOUND, SOURCE_ERROR, TIMEOUT, TRUNCATED, UNSAFE_MEMBER
 from .outcomes import LocalLocation
-from .tar_format import open_tar_stream
+from .tar_index import IndexDeadline, claims_past_end, past_end_text, real_size, seek_members
 
 
 class MissingMedia(Exception):
@@ -56,6 +60,14 @@ class MissingMedia(Exception):
         super().__init__(detail)
         self.failure = failure
 
+    def reasons(self, ref: str) -> tuple[str, str]:
+        """(the media row's reason, the sample's) of a batch that read the release itself: a miss whose
+        class is also a media-level reason (``truncated``: a tar member claiming more than the tar holds)
+        is that media reject, ``media_error: <ref>: <code>``; any other miss is ``missing_media``."""
+        if REASONS[self.failure].level == "media":
+            return reason(self.failure, str(self)), reason("media_error", f"{ref}: {self.failure}")
+        return reason("missing_media", str(self)), reason("missing_media", ref)
+
 
 @dataclass(frozen=True, slots=True)
 class Resolved:
@@ -64,7 +76,11 @@ class Resolved:
 
 
 class ReleaseMedia:
-    """The media of one subset in the release; reuse it for a whole batch (the tar index is built once)."""
+    """The media of one subset in the release; reuse it for a whole batch (the tar index is built once).
+    ``deadline`` (``time.monotonic()``, the batch's) bounds building the tar index."""
+
+    #: fsspec ``open`` options of a media tar on a remote filesystem (the estimate reads no readahead)
+    remote_open_options: Mapping[str, Any] = {}
 
     def __init__(
         self,
@@ -72,12 +88,15 @@ class ReleaseMedia:
         media_tars: tuple[str, ...] = (),
         *,
         storage_options: Mapping[str, Any] | None = None,
+        deadline: float | None = None,
     ) -> None:
         self.fs, self.subset_path = url_to_fs(subset_path, **dict(storage_options or {}))
         self.media_tars = media_tars
+        self.deadline = deadline
         self._jail = os.path.realpath(self.subset_path) if is_local(self.fs) else None
         self._tar_index: TarIndex | None = None
         self._tar_errors: list[str] = []
+        self._tar_deadline: str | None = None  # the tar indexing stopped in, at the deadline
 
     def locate(self, rel: str) -> tuple[str, LocalLocation] | None:
         """Where the normalised reference ``rel`` lives, as (``subset`` | ``media`` | ``tar:<name>``,
@@ -102,6 +121,12 @@ class ReleaseMedia:
     def not_found(self, *, media_roots: bool = False) -> MissingMedia:
         """The miss of a reference no location holds (naming the media tars that could not be read)."""
         where = "media roots, subset folder" if media_roots else "subset folder"
+        if self._tar_deadline is not None:
+            return MissingMedia(
+                f"not found in {where} or media/, and the batch deadline came while indexing the media tars "
+                f"({self._tar_deadline})",
+                TIMEOUT,
+            )
         unreadable = f"; unreadable media tar(s): {'; '.join(self._tar_errors)}" if self._tar_errors else ""
         return MissingMedia(f"not found in {where}, media/ or media tars{unreadable}")
 
@@ -115,6 +140,9 @@ class ReleaseMedia:
             for tar_path in self.media_tars:
                 try:
                     self._index_tar(tar_path, self._tar_index)
+                except IndexDeadline as exc:
+                    self._tar_deadline = f"{tar_path.rsplit('/', 1)[-1]}: {exc}"
+                    break
                 except (tarfile.TarError, OSError, EOFError, zlib.error, RecursionError) as exc:
                     # members indexed before the damage stay available; the rest are reported missing
                     detail = " ".join(str(exc).split())[:200] or type(exc).__name__
@@ -122,11 +150,15 @@ class ReleaseMedia:
         return self._tar_index
 
     def _index_tar(self, tar_path: str, index: TarIndex) -> None:
-        with self.fs.open(_path_of(self.fs, tar_path), "rb") as f, open_tar_stream(f, "r|") as tf:
-            for m in tf:
+        options = {} if is_local(self.fs) else dict(self.remote_open_options)
+        name = tar_path.rsplit("/", 1)[-1]
+        with self.fs.open(_path_of(self.fs, tar_path), "rb", **options) as f:
+            size = real_size(f)
+            for m in seek_members(f, size, deadline=self.deadline):
                 if m.isdir() or tar_member_problem(m):
                     continue  # links, devices and members escaping their folder: never served
-                index.add(m.name, LocalLocation(tar_path, m.offset_data, m.size))
+                lie = past_end_text(m, size, name) if claims_past_end(m, size) else None
+                index.add(m.name, LocalLocation(tar_path, m.offset_data, m.size), problem=lie)
 
 
 def nfc(name: str) -> str:
@@ -145,8 +177,13 @@ class TarIndex:
         self._paths: dict[str, _Member] = {}
         self._names: dict[str, _Member] = {}
         self._clashes: dict[tuple[bool, str], list[_Member]] = {}
+        self._problems: dict[LocalLocation, str] = {}  # members found but never read (a lying size)
 
-    def add(self, member_name: str, location: LocalLocation) -> None:
+    def add(self, member_name: str, location: LocalLocation, *, problem: str | None = None) -> None:
+        """Index one member; with ``problem`` (its header claims more than the tar holds) a lookup that
+        lands on it is a ``truncated`` miss that says so."""
+        if problem is not None:
+            self._problems[location] = problem
         path = nfc(normalize_member(member_name))
         for by_name, table, key in ((False, self._paths, path), (True, self._names, path.rsplit("/", 1)[-1])):
             first = table.setdefault(key, (member_name, location))
@@ -163,6 +200,9 @@ class TarIndex:
                 raise MissingMedia(_ambiguous(rel, "file name" if by_name else "path", clash))
             hit = table.get(key)
             if hit is not None:
+                problem = self._problems.get(hit[1])
+                if problem is not None:
+                    raise MissingMedia(problem, TRUNCATED)
                 return hit[1]
         return None
 
@@ -187,10 +227,13 @@ class MediaResolver:
         media_roots: tuple[str, ...] = (),
         *,
         storage_options: Mapping[str, Any] | None = None,
+        deadline: float | None = None,
     ) -> None:
         # The release's storage options (s3 endpoint, ...) apply to the subset folder and its tars; media
         # roots are the user's own locations and open with fsspec's defaults.
-        self.release = ReleaseMedia(subset_path, media_tars, storage_options=storage_options)
+        self.release = ReleaseMedia(
+            subset_path, media_tars, storage_options=storage_options, deadline=deadline
+        )
         self.roots = [url_to_fs(r) for r in media_roots]
 
     def resolve(self, ref: str) -> Resolved:
@@ -250,8 +293,16 @@ def read_location(location: LocalLocation, what: str, *, fs: AbstractFileSystem 
             data: bytes = fs.cat_file(path)
             return data
         with fs.open(path, "rb") as f:
+            size = real_size(f)  # no read past what the file holds, whatever its header claimed
+            claimed = location.offset + (location.size or 0)
+            if location.offset > size or claimed > size:
+                raise MissingMedia(
+                    f"tar member truncated in {what}: claims bytes {location.offset}-{claimed}, the file "
+                    f"holds {size}",
+                    TRUNCATED,
+                )
             f.seek(location.offset)
-            data = f.read(location.size)
+            data = f.read(location.size if location.size is not None else size - location.offset)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
         raise MissingMedia(f"cannot read {what}: {_os_error_text(exc)}") from None
     except OSError as exc:

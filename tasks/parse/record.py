@@ -10,7 +10,7 @@ from collections.abc import Collection
 from typing import Any
 
 from ...schemas.reasons import reason
-from ...schemas.records import MediaRef, Record, Reject
+from ...schemas.records import STAGED_ERROR, MediaRef, Record, Reject
 from .forms.messages import fast_record
 from .forms.record_forms import FORMS
 from .invalid import Invalid, invalid_record
@@ -30,6 +30,8 @@ def parse_record(obj: Any, line: int, allowed_schemes: Collection[str] = NO_SCHE
     if not isinstance(obj, dict):
         raise invalid_record(f"expected a JSON object, got {type(obj).__name__}")
     sid = _sample_id(obj)
+    if STAGED_ERROR in obj:  # a source file staging could not read (tasks/staging/common.py)
+        raise Invalid(reason("unreadable_source", str(obj[STAGED_ERROR])[:500]))
     form = next((f for f in FORMS.values() if f.claims(obj)), None)
     if form is None:
         raise invalid_record(_NO_FORM)

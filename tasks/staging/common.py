@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from fsspec import AbstractFileSystem
 
+from ...schemas.records import STAGED_ERROR
 from ..errors import ReleaseError
 from ..fetch import normalize_member
 from ..media import image_magic
@@ -126,16 +127,35 @@ def isfile(fs: AbstractFileSystem, path: str) -> bool:
 # --------------------------------------------------------------------------------------------- rows
 
 
+class UnreadableRows(ReleaseError):
+    """A rows file of a source that cannot be read (a ``.parquet`` that is not Parquet, cut short...)."""
+
+
 def parquet_rows(fs: AbstractFileSystem, path: str, columns: Iterable[str]) -> Iterator[dict[str, Any]]:
-    """The rows of a Parquet file (only ``columns`` it has), a bounded batch at a time."""
+    """The rows of a Parquet file (only ``columns`` it has), a bounded batch at a time. A file Arrow cannot
+    read raises :class:`UnreadableRows` with one line naming it (rows already yielded stand)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    with fs.open(path, "rb") as f:
-        pf = pq.ParquetFile(f)
-        names = set(pf.schema_arrow.names)
-        wanted = [c for c in columns if c in names]
-        for batch in pf.iter_batches(batch_size=_PARQUET_BATCH, columns=wanted or None):
-            yield from batch.to_pylist()
+    name = posixpath.basename(path)
+    try:
+        with fs.open(path, "rb") as f:
+            pf = pq.ParquetFile(f)
+            names = set(pf.schema_arrow.names)
+            wanted = [c for c in columns if c in names]
+            for batch in pf.iter_batches(batch_size=_PARQUET_BATCH, columns=wanted or None):
+                yield from batch.to_pylist()
+    except (pa.ArrowException, OSError, ValueError) as exc:  # ArrowInvalid is a ValueError
+        detail = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise UnreadableRows(f"{name}: not a readable Parquet file ({detail})") from None
+
+
+def unreadable_line(path: str, problem: str, stager: Stager) -> bytes:
+    """The one staged line that stands for a rows file staging could not read: the parser rejects it as
+    ``unreadable_source`` naming the file (its rows are unknown), and the staging stats keep the problem."""
+    stager.problem(problem)
+    stager.stats.rows += 1
+    return staged_line({"id": f"unreadable:{posixpath.basename(path)}", STAGED_ERROR: problem})
 
 
 def json_rows(fs: AbstractFileSystem, path: str) -> Iterator[Any]:

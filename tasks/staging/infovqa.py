@@ -15,7 +15,17 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
-from .common import LayoutConfig, Stager, dirs, files, image_ext, parquet_rows, staged_line
+from .common import (
+    LayoutConfig,
+    Stager,
+    UnreadableRows,
+    dirs,
+    files,
+    image_ext,
+    parquet_rows,
+    staged_line,
+    unreadable_line,
+)
 
 _COLUMNS = ("id", "questionId", "question_id", "image", "question", "answer", "answers", "image_url")
 
@@ -40,9 +50,12 @@ class InfoVqaLayout:
     def lines(self, fs: AbstractFileSystem, cfg: LayoutConfig, stager: Stager) -> Iterator[bytes]:
         for path in cfg.rows_files:
             stem = posixpath.basename(path).split(".", 1)[0]
-            for i, row in enumerate(parquet_rows(fs, path, _COLUMNS)):
-                stager.stats.rows += 1
-                yield _row_line(row, f"{stem}-{i:07d}", stager)
+            try:
+                for i, row in enumerate(parquet_rows(fs, path, _COLUMNS)):
+                    stager.stats.rows += 1
+                    yield _row_line(row, f"{stem}-{i:07d}", stager)
+            except UnreadableRows as exc:  # the file's own reject; the other files are staged
+                yield unreadable_line(path, str(exc), stager)
 
 
 def _split_of(path: str) -> str:

@@ -29,6 +29,7 @@ from .common import (
     MAX_MEDIA_BYTES,
     LayoutConfig,
     Stager,
+    UnreadableRows,
     dirs,
     files,
     image_ext,
@@ -36,6 +37,7 @@ from .common import (
     member_candidates,
     parquet_rows,
     staged_line,
+    unreadable_line,
 )
 
 _COLUMNS = ("id", "images", "conversation", "conversations")
@@ -59,7 +61,11 @@ class MantisLayout:
     def lines(self, fs: AbstractFileSystem, cfg: LayoutConfig, stager: Stager) -> Iterator[bytes]:
         zips = _ZipMembers(fs, cfg.archives, cfg.name, stager)
         for path in cfg.rows_files:
-            rows = list(parquet_rows(fs, path, _COLUMNS))
+            try:
+                rows = list(parquet_rows(fs, path, _COLUMNS))
+            except UnreadableRows as exc:  # the file's own reject; the other files are staged
+                yield unreadable_line(path, str(exc), stager)
+                continue
             stager.stats.rows += len(rows)
             zips.resolve(_zip_paths(rows))  # this file's members, in one pass of coalesced ranged reads
             for row in rows:

@@ -16,7 +16,7 @@ class ReleaseTar:
     def answer(self, source: ReleaseTarSource, located: Located, run: BatchRun) -> Answers:
         if run.context.subset_path is None:
             return dict.fromkeys(located, FetchError(NOT_FOUND, "no release folder given"))
-        release = ReleaseMedia(run.context.subset_path, run.context.media_tars)
+        release = ReleaseMedia(run.context.subset_path, run.context.media_tars, deadline=run.deadline)
         out: Answers = {}
         for ref, variables in located.items():
             rel = variables["ref"]

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import posixpath
-import tarfile
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,19 +24,14 @@ from ...fetch import (
     SOURCE_ERROR,
     FetchError,
     HttpClient,
-    LocalLocation,
     ReleaseMedia,
-    SafeTarInfo,
-    TarIndex,
     ZipIndex,
-    _path_of,
     classify_fs_error,
     range_source,
     read_zip_index,
     retry_call,
-    tar_member_problem,
 )
-from ...storage import ContentStore, is_local
+from ...storage import ContentStore
 
 LIST_FROM = 16  # keys of one folder from which a listing is cheaper than one metadata request per key
 
@@ -121,25 +115,10 @@ def zip_directory(
 
 
 class IndexedReleaseMedia(ReleaseMedia):
-    """The release's media as the run resolves them (:class:`ReleaseMedia`), its tars' member tables read
-    by seeking from header to header instead of streaming the members' bytes (a compressed tar, which
-    cannot be sought, is streamed as the run does)."""
+    """The release's media as the run resolves them (:class:`ReleaseMedia`: the tars' member tables read
+    by seeking from header to header), with no readahead on a remote filesystem (no member's bytes)."""
 
-    def _index_tar(self, tar_path: str, index: TarIndex) -> None:
-        remote = not is_local(self.fs)
-        kwargs: dict[str, Any] = {"cache_type": "none"} if remote else {}
-        try:
-            with self.fs.open(_path_of(self.fs, tar_path), "rb", **kwargs) as f:
-                tf = tarfile.open(fileobj=f, mode="r:", tarinfo=SafeTarInfo)  # noqa: SIM115 - closed below
-                try:
-                    for m in tf:
-                        if m.isdir() or tar_member_problem(m):
-                            continue  # never served by the run either
-                        index.add(m.name, LocalLocation(tar_path, m.offset_data, m.size))
-                finally:
-                    tf.close()
-        except tarfile.ReadError:  # compressed: no seeking
-            super()._index_tar(tar_path, index)
+    remote_open_options = {"cache_type": "none"}
 
 
 def file_size(fs: AbstractFileSystem, path: str) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ....schemas.recipe_match import MatchBudgetError
 from ....schemas.recipes import (
     ArchiveSource,
     HfSource,
@@ -25,6 +26,7 @@ from ....schemas.recipes import (
     ref_variables,
 )
 from ...fetch import (
+    MATCH_BUDGET,
     NO_SOURCE,
     NOT_FOUND,
     NOT_IN_ARCHIVE,
@@ -281,7 +283,11 @@ def size_references(refs: list[str], recipe: Recipe, ctx: SizingContext) -> dict
         match = source.compiled_match()
         located: Located = {}
         for ref in todo:
-            variables = ref_variables(normalize_ref(ref), match)
+            try:
+                variables = ref_variables(normalize_ref(ref), match)
+            except MatchBudgetError as exc:  # the run rejects it the same way
+                misses.setdefault(ref, Miss(MATCH_BUDGET, str(exc)))
+                continue
             if variables is not None:
                 located[ref] = variables
         if not located:
