@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from ..schemas.config import ExecutionOptions
+
 __all__ = ["register"]
+
+EXECUTOR_NAMES = get_args(ExecutionOptions.model_fields["executor"].annotation)
 
 console = Console()
 err = Console(stderr=True)
@@ -222,10 +226,17 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option(help="also rerun subsets whose last run was held back")
         ] = False,
         dry_run: Annotated[bool, typer.Option(help="print what would change, do nothing")] = False,
+        executor: Annotated[
+            str, typer.Option(help=f"where the reruns' tasks run: {' | '.join(EXECUTOR_NAMES)} (as run's)")
+        ] = "ray",
     ) -> None:
         """Rerun only subsets whose README, license, JSONL or media recipe changed; unpublish removed ones."""
         from ..tasks.catalog import parse_license_allow
 
+        if executor not in EXECUTOR_NAMES:
+            raise typer.BadParameter(
+                f"{executor!r} is not one of {', '.join(EXECUTOR_NAMES)}", param_hint="--executor"
+            )
         allow = parse_license_allow(license_allow)
         if dry_run:  # the plan only: no Prefect, no Ray
             from .ops import plan_release_refresh
@@ -235,7 +246,7 @@ def register(app: typer.Typer) -> None:
                 release, out, plan_release_refresh(entries, out, allow, retry_unpublished=retry_unpublished)
             )
             return
-        _apply(release, out, storage_option, recipes, allow, retry_unpublished)
+        _apply(release, out, storage_option, recipes, allow, retry_unpublished, executor)
 
 
 def _print_plan(release: str, out: str, plan: Any) -> None:
@@ -255,6 +266,7 @@ def _apply(
     recipes: str | None,
     allow: list[str],
     retry_unpublished: bool,
+    executor: str,
 ) -> None:
     """Run the ``refresh_release`` flow: catalog, plan, unpublish, rerun the changed subsets, metadataset."""
     from ..schemas.config import StorageOptions
@@ -273,6 +285,7 @@ def _apply(
             recipes=recipes,
             license_allow=allow,
             retry_unpublished=retry_unpublished,
+            overrides={"executor": executor},
         )
     _print_plan(release, out, result.plan)
     if result.summary is not None:

@@ -38,8 +38,11 @@ DEPLOYMENTS = {
 }
 
 
-@pytest.fixture()
-def server(tmp_path: Path) -> Iterator[dict[str, str]]:
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A Prefect server of the module's own (its deployments, work pool and runs are what the tests read),
+    shared by its tests: each registers the deployments again, as a user redeploying would."""
+    tmp_path = tmp_path_factory.mktemp("deployments-server")
     port = _free_port()
     env = (
         os.environ.copy()
@@ -80,7 +83,7 @@ def server(tmp_path: Path) -> Iterator[dict[str, str]]:
         log.close()
 
 
-@pytest.fixture()
+@pytest.fixture(scope="module")
 def ray_cluster(server: dict[str, str]) -> Iterator[str]:
     """A Ray head as its own process (retried if Ray's node start times out); yields its address."""
     from vlmforge.flows.ray_head import start_ray_head
@@ -121,7 +124,7 @@ def test_deployments_register_and_run_through_a_worker(
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     env = server | {"RAY_ADDRESS": ray_cluster}  # the worker's flow runs inherit it
-    _prefect(env, "work-pool", "create", "vlmforge-local", "--type", "process")
+    _prefect(env, "work-pool", "create", "vlmforge-local", "--type", "process", "--overwrite")
     _prefect(env, "deploy", "--all", "--prefect-file", str(REPO / "prefect.yaml"))
 
     out = tmp_path / "out"
@@ -202,7 +205,7 @@ def test_one_ctrl_c_stops_a_worker_and_cancels_its_flow_run(
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     env = server | {"RAY_ADDRESS": ray_cluster}
-    _prefect(env, "work-pool", "create", "vlmforge-local", "--type", "process")
+    _prefect(env, "work-pool", "create", "vlmforge-local", "--type", "process", "--overwrite")
     _prefect(env, "deploy", "--all", "--prefect-file", str(REPO / "prefect.yaml"))
     params = {"cfg": {"out": str(tmp_path / "out"), "source": {"release": str(sample_release)}}}
     started = _prefect(

@@ -14,6 +14,8 @@ import psutil
 import pytest
 from conftest import running_local_ray
 
+pytestmark = pytest.mark.slow  # a service (Ray, a Prefect server or an S3 server) of its own
+
 EXIT_WAIT_S = 90.0  # Ray lets a worker go 2 s after its last task; a loaded CI machine may take far longer
 
 

@@ -247,14 +247,14 @@ def cli_options(release: S3Release) -> list[str]:
 
 @pytest.fixture(scope="module")
 def one_node_run(s3_release: S3Release, tmp_path_factory: pytest.TempPathFactory) -> OneNodeRun:
-    """The reference: ``vlmforge run`` on one node, the embedded Ray with as many CPUs as the cluster (so
-    the same batch plan), the output in a local folder."""
+    """The reference: ``vlmforge run`` on one node, the local executor with as many CPUs as the cluster (so
+    the same batch plan; the executors write the same bytes), the output in a local folder."""
     folder = tmp_path_factory.mktemp("one-node")
     out, store, log = folder / "out", "s3://store-one/media", folder / "one.log"
     s3_release.fs.mkdir("store-one")
     t0 = time.monotonic()
-    ref = run_cli([*cli_options(s3_release), "--out", str(out), "--store", store, "--num-cpus", str(NODES)],
-                  os.environ.copy(), log)  # fmt: skip
+    ref = run_cli([*cli_options(s3_release), "--out", str(out), "--store", store, "--num-cpus", str(NODES),
+                   "--executor", "local"], os.environ.copy(), log)  # fmt: skip
     assert ref.wait(timeout=RUN_TIMEOUT_S) == 0, log.read_text(errors="replace")[-4000:]
     return OneNodeRun(str(out), store, time.monotonic() - t0)
 

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -134,18 +132,6 @@ def test_vlmforge_server_serves_the_ui_on_loopback_and_stops_with_its_command(tm
 SUBSETS = ("photo_vqa", "bad_rows")
 
 
-@pytest.fixture(scope="module")
-def cluster(prefect_harness: None) -> Iterator[Any]:
-    from vlmforge.flows.ray_head import start_ray_head
-    from vlmforge.flows.runtime import configured_api_url
-
-    head = start_ray_head(num_cpus=2, env={"PREFECT_API_URL": configured_api_url() or ""})
-    try:
-        yield head
-    finally:
-        head.stop()
-
-
 def _artifact(key: str) -> str:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
@@ -157,9 +143,7 @@ def _artifact(key: str) -> str:
 
 
 @pytest.mark.slow
-def test_refresh_mix_and_validate_flows(
-    cluster: Any, sample_release: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_refresh_mix_and_validate_flows(prefect_harness: None, sample_release: Path, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from vlmforge.flows.cli import app
@@ -176,7 +160,7 @@ def test_refresh_mix_and_validate_flows(
         out=str(out),
         batch_lines=4,
         max_reject_rate=0.9,
-        ray_address=cluster.address,
+        executor="local",  # the flows' logic is the subject; the refresh reruns with the last run's options
     )
     with embedded_runtime():
         first = run_release.with_options(task_runner=runner_for(cfg))(cfg)
@@ -192,8 +176,7 @@ def test_refresh_mix_and_validate_flows(
     assert "README changed" in dry.output and "removed upstream" in dry.output
     assert (out / "energon" / "bad_rows").is_dir()  # a dry run changes nothing
 
-    monkeypatch.setenv("RAY_ADDRESS", cluster.address)  # the refresh runs on the same cluster
-    res = cli.invoke(app, ["refresh", str(release), "--out", str(out)])
+    res = cli.invoke(app, ["refresh", str(release), "--out", str(out), "--executor", "local"])
     assert res.exit_code == 0, f"{res.output}\n{res.exception!r}"
     assert not (out / "energon" / "bad_rows").exists()
     meta = (out / "energon" / "metadataset.yaml").read_text()
@@ -208,7 +191,6 @@ def test_refresh_mix_and_validate_flows(
         "| photo_vqa | rerun | README changed" in plan and "| bad_rows | unpublish | removed upstream" in plan
     )
 
-    monkeypatch.delenv("RAY_ADDRESS")
     mixed = mix_flow(str(out), "pilot", weights="photo_vqa=1")
     assert Path(mixed["path"]).is_file() and [e["subset"] for e in mixed["entries"]] == ["photo_vqa"]
     assert "| photo_vqa |" in _artifact("vlmforge-mix")

@@ -7,9 +7,9 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
+from conftest import run_flow
 from http_fixture import HttpFixture
 from PIL import Image
 
@@ -51,14 +51,6 @@ def _release(root: Path) -> Path:
     return root / "release"
 
 
-def _run(cfg: RunConfig) -> Any:
-    from vlmforge.flows.pipeline import run_release
-    from vlmforge.flows.runtime import embedded_runtime
-
-    with embedded_runtime():
-        return run_release(cfg)
-
-
 def test_remote_media_are_fetched_once_and_the_run_reconciles(prefect_harness: None, tmp_path: Path) -> None:
     with HttpFixture() as srv:
         srv.add("/media/a.jpg", _jpeg(1))
@@ -77,7 +69,7 @@ def test_remote_media_are_fetched_once_and_the_run_reconciles(prefect_harness: N
             seq_len_mode="truncate",
             skip_gate=True,
         )
-        first = _run(cfg)
+        first = run_flow(cfg)
         outcome = first.subsets[0]
         assert (outcome.stats.lines, outcome.stats.ok, outcome.stats.rejected) == (4, 3, 1)
         assert outcome.published and outcome.validation == "ok"
@@ -102,7 +94,7 @@ def test_remote_media_are_fetched_once_and_the_run_reconciles(prefect_harness: N
         run = json.loads(next((Path(cfg.out) / "runs").glob("*.json")).read_text())
         assert run["config"]["gate"]["skip_gate"] is True
 
-        again = _run(cfg)
+        again = run_flow(cfg)
         assert again.subsets[0].stats.skipped_batches == again.subsets[0].stats.batches
         assert srv.completed("/media/a.jpg") == 1 and srv.completed("/media/b.jpg") == 1
         assert validate_subset(cfg.out, SUBSET).ok

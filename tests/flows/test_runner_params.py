@@ -16,6 +16,8 @@ from vlmforge.flows.ray_attach import attach_kwargs, execution_of
 from vlmforge.flows.runtime import LoopbackRayTaskRunner
 from vlmforge.schemas.config import RunConfig
 
+pytestmark = pytest.mark.slow  # a service (Ray, a Prefect server or an S3 server) of its own
+
 
 def _flow_run_with(parameters: dict[str, object]) -> str:
     """A flow run of a stand-in flow holding ``parameters``, created through the API; its id."""

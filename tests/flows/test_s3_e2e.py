@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_flow
 
 from vlmforge.schemas.config import RunConfig
 from vlmforge.tasks.manifests import OutputLayout, read_table
@@ -21,8 +22,8 @@ SUBSETS = ("photo_vqa", "video_qa")
 @pytest.fixture(scope="module")
 def s3_endpoint(moto_s3: str) -> Iterator[str]:
     endpoint = moto_s3
-    # The store URL carries no options: workers find the endpoint the standard way (AWS_ENDPOINT_URL),
-    # inherited from this process when the flow starts its local Ray.
+    # The store URL carries no options: the tasks find the endpoint the standard way (AWS_ENDPOINT_URL),
+    # in this process's environment (the local executor's threads; a local Ray's workers inherit it).
     with pytest.MonkeyPatch.context() as env:  # module-scoped: pytest's own undo, not the function fixture
         env.setenv("AWS_ENDPOINT_URL", endpoint)
         env.setenv("AWS_ACCESS_KEY_ID", "testing")
@@ -35,9 +36,6 @@ def test_release_and_store_on_s3(
 ) -> None:
     import s3fs
 
-    from vlmforge.flows.pipeline import run_release
-    from vlmforge.flows.runtime import embedded_runtime
-
     fs = s3fs.S3FileSystem(endpoint_url=s3_endpoint)
     fs.mkdir("release-bucket")
     fs.mkdir("store-bucket")
@@ -49,8 +47,7 @@ def test_release_and_store_on_s3(
         store="s3://store-bucket/media",
         out=str(tmp_path / "out"),
     )
-    with embedded_runtime():
-        summary = run_release(cfg)
+    summary = run_flow(cfg)
     assert summary.failed == []
     assert all(s.validation == "ok" for s in summary.subsets)
     assert not (tmp_path / "out" / "store").exists()  # every media object went to the shared store

@@ -15,14 +15,16 @@ from vlmforge.schemas.config import RunConfig
 from vlmforge.tasks.ops.query import run_query
 from vlmforge.tasks.publish import published_subsets, validate_output
 
+pytestmark = pytest.mark.slow  # a service (Ray, a Prefect server or an S3 server) of its own
+
 SUBSETS = ("photo_vqa", "multi_image")
 BUCKET = "out-bucket"
 
 
 @pytest.fixture(scope="module")
 def s3_endpoint(moto_s3: str) -> Iterator[str]:
-    # The output URL carries no options: the driver and Ray's workers find the endpoint the standard way
-    # (AWS_ENDPOINT_URL), inherited from this process when the flow starts its local Ray.
+    # The output URL carries no options: the driver and the tasks find the endpoint the standard way
+    # (AWS_ENDPOINT_URL), in this process's environment (a local Ray's workers would inherit it).
     with pytest.MonkeyPatch.context() as env:
         env.setenv("AWS_ENDPOINT_URL", moto_s3)
         yield moto_s3

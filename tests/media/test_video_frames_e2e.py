@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import run_flow
 
 from vlmforge.schemas.config import RunConfig
 from vlmforge.tasks.manifests import OutputLayout, read_table
@@ -20,8 +21,6 @@ def test_videos_become_their_sampled_frames(
     from megatron.energon import WorkerConfig, get_loader, get_val_dataset
 
     from vlmforge.energon import ChatSample, ChatTaskEncoder
-    from vlmforge.flows.pipeline import run_release
-    from vlmforge.flows.runtime import embedded_runtime
 
     cfg = RunConfig(
         release=str(sample_release),
@@ -30,8 +29,7 @@ def test_videos_become_their_sampled_frames(
         video_mode="frames",
         sample_format="crude",  # read back below through vlmforge's own cooker
     )
-    with embedded_runtime():
-        summary = run_release(cfg)
+    summary = run_flow(cfg)
     outcome = summary.subsets[0]
     assert outcome.published and outcome.validation == "ok", (outcome.gate, outcome.validation)
 

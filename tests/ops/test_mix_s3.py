@@ -23,6 +23,8 @@ from vlmforge.tasks.ops.mix.output import write_mix
 from vlmforge.tasks.ops.query import run_query
 from vlmforge.tasks.publish import validate_output
 
+pytestmark = pytest.mark.slow  # a service (Ray, a Prefect server or an S3 server) of its own
+
 BUCKET = "mix-bucket"
 PREFIX = "v3/out"
 SPECS = [

@@ -17,6 +17,8 @@ from vlmforge.tasks.publish import published_subsets, validate_output
 from vlmforge.tasks.publish.publish import publish_metadataset, publish_subset
 from vlmforge.tasks.publish.remote_copy import local_energon
 
+pytestmark = pytest.mark.slow  # a service (Ray, a Prefect server or an S3 server) of its own
+
 BUCKET = "publish-bucket"
 
 
