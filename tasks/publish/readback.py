@@ -22,6 +22,7 @@ from __future__ import annotations
 import gc
 import json
 import tempfile
+import threading
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -194,6 +195,13 @@ def _validate_split(
     return len(keys)
 
 
+#: Held while a loader reads. Energon keeps the active ``WorkerConfig`` of a loader in a class variable (one
+#: per process: a second loader in another thread fails its assertion, and a read-back saw 9 of 10 samples);
+#: a Ray worker reads one dataset at a time anyway, the local executor's threads take turns here. The
+#: collector's freeze below is process-wide too.
+_LOADER_LOCK = threading.Lock()
+
+
 @contextmanager
 def _gc_frozen() -> Iterator[None]:
     """The process's objects out of the collector's reach while the loader reads. Energon's loader collects
@@ -209,15 +217,24 @@ def _gc_frozen() -> Iterator[None]:
 
 def _read_split(reading: _Reading, split: str) -> list[str]:
     """Keys of the cooked samples of ``split`` in read order (media parts recorded in the report)."""
-    from megatron.energon import WorkerConfig, get_loader, get_val_dataset
+    from megatron.energon import WorkerConfig
 
-    from ...energon import ChatSample
-
-    report, limit = reading.report, reading.sample_limit
     worker_config = WorkerConfig(
         rank=0, world_size=1, num_workers=reading.num_workers, global_error_handler=reading.error_log
     )
     keys: list[str] = []
+    with _LOADER_LOCK:
+        _load_split(reading, split, worker_config, keys)
+    return keys
+
+
+def _load_split(reading: _Reading, split: str, worker_config: Any, keys: list[str]) -> None:
+    """:func:`_read_split`'s loading, its keys added to ``keys``."""
+    from megatron.energon import get_loader, get_val_dataset
+
+    from ...energon import ChatSample
+
+    report, limit = reading.report, reading.sample_limit
     try:
         # each format names its own reader: the bridge format is read without megatron.bridge installed
         fmt = format_of_dataset(reading.path)
@@ -243,7 +260,6 @@ def _read_split(reading: _Reading, split: str) -> list[str]:
                     break
     except Exception as exc:  # loader-level failure (missing split, unreadable shard, fatal sample errors)
         report.add(f"split {split!r}: loading failed: {type(exc).__name__}: {exc}")
-    return keys
 
 
 def _compare(
