@@ -78,6 +78,8 @@ REASONS: Final[dict[str, Reason]] = {
         "dropped",
         "sample",
         {
+            "max_media_per_sample": "more image and video references than --max-media-per-sample (256 by "
+            "default, repeats counted)",
             "max_num_images": "more images than --max-num-images",
             "max_visual_tokens": "more visual tokens than --max-visual-tokens",
             "seq_len": "more tokens than --seq-len (or nothing left to supervise after a truncation)",
@@ -96,6 +98,8 @@ REASONS: Final[dict[str, Reason]] = {
             "truncated": "the file ends before its image data does",
             "decode_error": "the decoder failed on the file's data",
             "decompression_bomb": "the header claims more pixels than --max-image-pixels",
+            "decode_budget": "decoding this format at this size would take more memory than one image may "
+            "(priced per format from the header; README: Reliability)",
             "too_small": "a displayed side is below --min-image-side (or the header claims zero)",
             "aspect_ratio": "the model's processor refuses the aspect ratio (over 200:1 for Qwen)",
             "not_a_video": "the bytes are not a video container",
