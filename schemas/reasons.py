@@ -132,6 +132,12 @@ REASONS: Final[dict[str, Reason]] = {
             "not_in_archive": "the member is not in the archive (or in none of its shards)",
             "unsafe_member": "a link, absolute or escaping member, or a release symlink leaving the subset",
             "bad_archive": "not a readable zip/tar, unsupported compression or encryption",
+            "internal_address": "the url is on a loopback, private, link-local or metadata address its "
+            "source does not declare (`allow_private: true`): nothing is sent",
+            "root_not_allowed": "a `local` root outside the release and the --media-root folders: nothing is "
+            "read",
+            "not_media": "a JSON, text or other non-media body was served: the Content-Type is named, the "
+            "bytes are neither stored nor quoted",
             "no_source": "no recipe source applies to the reference (or the reference is unsafe)",
             "source_error": "anything else a source raised, with its message",
         },
