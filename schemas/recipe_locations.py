@@ -1,4 +1,4 @@
-"""Which locations a recipe may name: the URL schemes of an ``archive`` url and a ``local`` root, and no fsspec
+"""Which locations a recipe may name: the URL schemes of an ``archive`` url and a ``local`` root, no fsspec
 chaining. Checked when a recipe is read (``schemas/recipes.py``); the addresses and folders are judged by the
 fetch stage's policy (``tasks/fetch/policy.py``)."""
 
