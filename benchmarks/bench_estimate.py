@@ -67,14 +67,16 @@ def build(base: Path, srv: object, subsets: int, rows: int, refs: int) -> tuple[
                     zf.writestr(name, body)
             url = srv.add(f"/zips/{subset}.zip", buf.getvalue())  # type: ignore[attr-defined]
             (recipes / f"{subset}.yaml").write_text(
-                f"subset: {subset}\nlicense: CC-BY-4.0\nsources:\n  - kind: archive\n    url: {url}\n"
+                f"subset: {subset}\nlicense: CC-BY-4.0\nsources:\n  - kind: archive\n"
+                f"    allow_private: true\n    url: {url}\n"
             )
         elif kind == "http":
             for name, body in zip(names, bodies, strict=True):
                 srv.add(f"/files/{name}", body)  # type: ignore[attr-defined]
             url = srv.url("/files/{ref}")  # type: ignore[attr-defined]
             (recipes / f"{subset}.yaml").write_text(
-                f"subset: {subset}\nlicense: CC-BY-4.0\nsources:\n  - kind: http_files\n    url: {url}\n"
+                f"subset: {subset}\nlicense: CC-BY-4.0\nsources:\n  - kind: http_files\n"
+                f"    allow_private: true\n    url: {url}\n"
             )
         else:
             for name, body in zip(names, bodies, strict=True):

@@ -149,7 +149,7 @@ def _vlmforge_batch(args: tuple[list[str], str, int, int]) -> tuple[int, int]:
         {
             "subset": "bench",
             "license": "CC0-1.0",
-            "sources": [{"kind": "http_files", "url": base + "/{name}"}],
+            "sources": [{"kind": "http_files", "allow_private": True, "url": base + "/{name}"}],
         }
     )
     store = ContentStore(store_dir)
@@ -226,7 +226,14 @@ def zip_range_read(srv: object, jpegs: list[bytes], fraction: float, tmp: Path) 
         {
             "subset": "z",
             "license": "CC0-1.0",
-            "sources": [{"kind": "archive", "url": srv.url("/train2017.zip"), "member": "train2017/{name}"}],
+            "sources": [
+                {
+                    "kind": "archive",
+                    "allow_private": True,
+                    "url": srv.url("/train2017.zip"),
+                    "member": "train2017/{name}",
+                }
+            ],
         }
     )
     t0 = time.perf_counter()

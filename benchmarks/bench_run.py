@@ -652,7 +652,7 @@ def images_mode(a: argparse.Namespace, sizes: list[int], tmp: Path) -> dict:
         recipes.mkdir()
         (recipes / f"{SUBSET}.yaml").write_text(
             f"subset: {SUBSET}\nlicense: CC0-1.0\n"
-            f"sources:\n  - kind: http_files\n    url: {srv.url('img/{name}')}\n"
+            f"sources:\n  - kind: http_files\n    allow_private: true\n    url: {srv.url('img/{name}')}\n"
         )
         for n in sizes:
             work = tmp / f"images-{n}"

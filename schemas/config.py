@@ -210,6 +210,9 @@ class TokenOptions(_Options):
     max_pixels: int | None = Field(default=None, gt=0, description="resize images above this many pixels")
     min_pixels: int | None = Field(default=None, gt=0, description="model min pixels (default: preset)")
     max_num_images: int | None = Field(default=None, ge=0, description="drop samples with more images")
+    max_media_per_sample: int | None = Field(
+        default=256, ge=1, description="drop samples with more image and video references (default cap)"
+    )
     max_num_frames: int | None = Field(default=None, ge=2, description="cap sampled frames per video")
     frames_mode: Literal["uniform", "truncate"] = Field(
         default="uniform", description="over --max-num-frames"

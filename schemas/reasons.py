@@ -80,6 +80,8 @@ REASONS: Final[dict[str, Reason]] = {
         "dropped",
         "sample",
         {
+            "max_media_per_sample": "more image and video references than --max-media-per-sample (256 by "
+            "default, repeats counted)",
             "max_num_images": "more images than --max-num-images",
             "max_visual_tokens": "more visual tokens than --max-visual-tokens",
             "seq_len": "more tokens than --seq-len (or nothing left to supervise after a truncation)",
@@ -99,6 +101,8 @@ REASONS: Final[dict[str, Reason]] = {
             "header claims more bytes than the tar holds)",
             "decode_error": "the decoder failed on the file's data",
             "decompression_bomb": "the header claims more pixels than --max-image-pixels",
+            "decode_budget": "decoding this format at this size would take more memory than one image may "
+            "(priced per format from the header; README: Reliability)",
             "too_small": "a displayed side is below --min-image-side (or the header claims zero)",
             "aspect_ratio": "the model's processor refuses the aspect ratio (over 200:1 for Qwen)",
             "not_a_video": "the bytes are not a video container",
@@ -131,6 +135,12 @@ REASONS: Final[dict[str, Reason]] = {
             "not_in_archive": "the member is not in the archive (or in none of its shards)",
             "unsafe_member": "a link, absolute or escaping member, or a release symlink leaving the subset",
             "bad_archive": "not a readable zip/tar, unsupported compression or encryption",
+            "internal_address": "the url is on a loopback, private, link-local or metadata address its "
+            "source does not declare (`allow_private: true`): nothing is sent",
+            "root_not_allowed": "a `local` root outside the release and the --media-root folders: nothing is "
+            "read",
+            "not_media": "a JSON, text or other non-media body was served: the Content-Type is named, the "
+            "bytes are neither stored nor quoted",
             "no_source": "no recipe source applies to the reference (or the reference is unsafe)",
             "source_error": "anything else a source raised, with its message",
             "match_budget": "a recipe source's `match` regex was not run to its end on the reference: over "

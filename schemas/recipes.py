@@ -40,6 +40,7 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .recipe_locations import ALLOW_PRIVATE_HELP, location_problem
 from .recipe_match import Pattern, compile_match, search_bounded
 from .safe_yaml import load_limited
 from .subset_names import subset_name_problem
@@ -249,6 +250,9 @@ class LocalSource(_SourceBase):
 
     @model_validator(mode="after")
     def _templates(self) -> LocalSource:
+        problem = location_problem("root", self.root) if self.root else None
+        if problem:
+            raise ValueError(problem)
         self._check_templates(frozenset(), path=self.path, root=self.root)
         problem = storage_option_problem(self.storage_options)
         if problem:
@@ -266,8 +270,10 @@ class HttpFilesSource(_SourceBase):
     redirects: RedirectPolicy = Field(default="same_host", description=REDIRECTS_FIELD_HELP)
     headers: dict[str, str] = Field(
         default_factory=dict,
-        description="request headers sent to the url's own host only, e.g. Authorization: Bearer ${TOKEN}",
+        description="request headers sent to the url's own scheme, host and port only, e.g. Authorization: "
+        "Bearer ${TOKEN}",
     )
+    allow_private: bool = Field(default=False, description=ALLOW_PRIVATE_HELP)
 
     @field_validator("headers")
     @classmethod
@@ -324,6 +330,7 @@ class ArchiveSource(_SourceBase):
     shards: ShardRange | None = Field(default=None, description="archives named by a {shard} range")
     max_concurrency: int | None = Field(default=None, gt=0)
     redirects: RedirectPolicy = Field(default="same_host", description=REDIRECTS_FIELD_HELP)
+    allow_private: bool = Field(default=False, description=ALLOW_PRIVATE_HELP)
     storage_options: dict[str, Any] = Field(
         default_factory=dict, description="fsspec options for s3:// or hf:// archives (anon, endpoint_url...)"
     )
@@ -339,6 +346,9 @@ class ArchiveSource(_SourceBase):
 
     @model_validator(mode="after")
     def _templates(self) -> ArchiveSource:
+        problem = location_problem("url", self.url)
+        if problem:
+            raise ValueError(problem)
         extra = frozenset({"shard"}) if self.shards else frozenset()
         self._check_templates(extra, url=self.url, member=self.member)
         problem = storage_option_problem(self.storage_options)
@@ -449,6 +459,12 @@ class Recipe(_Model):
     def remote(self) -> bool:
         """True when a source needs the network (or an object store)."""
         return any(s.remote for s in self.sources)
+
+    @property
+    def fetches(self) -> bool:
+        """True when the fetch stage answers the subset's references: a source other than the release's own
+        media (a remote one, or a ``local`` folder)."""
+        return any(s.kind != "release_tar" for s in self.sources)
 
     @classmethod
     def default(cls, subset: str) -> Recipe:

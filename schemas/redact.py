@@ -111,16 +111,34 @@ _HF_TOKEN_RE = re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")
 _BEARER_RE = re.compile(r"(?P<name>\b(?:Bearer|Basic|Token)\s+)(?P<value>[A-Za-z0-9._~+/=-]{8,})")
 
 
-# value -> what it is written as (``${NAME}``), longest first; set by register_secret in this process
+# value -> what it is written as (``${NAME}``); set by register_secret in this process. One pattern matches
+# every registered value in any spelling an upstream may echo it in (see _spellings), longest first.
 _REGISTERED: dict[str, str] = {}
 _REGISTERED_ORDER: list[tuple[str, str]] = []
+# the pattern and what each of its groups is written as, swapped in whole (read without the lock)
+_REGISTERED_SNAPSHOT: tuple[re.Pattern[str], tuple[str, ...]] | None = None
 _REGISTERED_LOCK = threading.Lock()
+
+
+def _spellings(value: str) -> str:
+    """A pattern for ``value`` as an upstream may echo it back: any character percent-encoded (its UTF-8
+    bytes, either hex case, or encoded twice: ``%2541``), a space as ``+``, and letters in any case (the
+    pattern is compiled case-insensitive)."""
+    out = []
+    for ch in value:
+        spellings = [re.escape(ch), "".join(f"%(?:25)?{b:02x}" for b in ch.encode())]
+        if ch == " ":
+            spellings.append(r"\+")
+        out.append("(?:" + "|".join(spellings) + ")")
+    return "".join(out)
 
 
 def register_secret(value: str, written_as: str = MASK) -> None:
     """From now on, :func:`redact` (and so every failure detail, upstream, store record and log line of this
-    process) writes ``value`` as ``written_as``. Values under 4 characters are not registered (replacing
-    "1" everywhere would mangle text and hide nothing)."""
+    process) writes ``value`` as ``written_as``, in any spelling: percent-encoded, upper- or lower-cased.
+    Values under 4 characters are not registered (replacing "1" everywhere would mangle text and hide
+    nothing)."""
+    global _REGISTERED_SNAPSHOT
     if len(value) < _MIN_SCRUB_LEN:
         return
     with _REGISTERED_LOCK:
@@ -128,13 +146,17 @@ def register_secret(value: str, written_as: str = MASK) -> None:
             return
         _REGISTERED[value] = written_as
         _REGISTERED_ORDER[:] = sorted(_REGISTERED.items(), key=lambda kv: len(kv[0]), reverse=True)
+        alternatives = "|".join(f"({_spellings(v)})" for v, _ in _REGISTERED_ORDER)
+        written = tuple(w for _, w in _REGISTERED_ORDER)
+        _REGISTERED_SNAPSHOT = (re.compile(alternatives, re.IGNORECASE), written)
 
 
 def _registered(text: str) -> str:
-    for value, written_as in _REGISTERED_ORDER:
-        if value in text:
-            text = text.replace(value, written_as)
-    return text
+    snapshot = _REGISTERED_SNAPSHOT
+    if snapshot is None:
+        return text
+    pattern, written = snapshot  # one capturing group per registered value, in this order
+    return pattern.sub(lambda m: written[(m.lastindex or 1) - 1], text)
 
 
 def redact(text: str) -> str:
@@ -143,8 +165,7 @@ def redact(text: str) -> str:
     ``${NAME}``: applied to every failure detail, URL and log line the pipeline records."""
     if not text:
         return text
-    if _REGISTERED_ORDER:
-        text = _registered(text)
+    text = _registered(text)
     if "@" in text:
         text = _USERINFO_RE.sub(rf"\g<scheme>{MASK}@", text)
     if "=" in text:

@@ -149,6 +149,10 @@ class DripServer:
         elif path == "/drip-redirect-body.jpg":
             sock.sendall(b"HTTP/1.1 302 Found\r\nLocation: /ok.jpg\r\nConnection: close\r\n\r\n")
             self._drip(sock, conn, b"", forever=b"<html>moved</html>")
+        elif path == "/drip-small-redirect-body.jpg":  # declares a small body, then drips it
+            head = "HTTP/1.1 302 Found\r\nLocation: /ok.jpg\r\nContent-Length: 1000\r\n\r\n"
+            sock.sendall(head.encode())
+            self._drip(sock, conn, b"", forever=b"m")
         elif path == "/endless-redirect-body.jpg":
             sock.sendall(b"HTTP/1.1 302 Found\r\nLocation: /ok.jpg\r\nTransfer-Encoding: chunked\r\n\r\n")
             chunk = b"%x\r\n%s\r\n" % (64 * 1024, b"z" * 64 * 1024)

@@ -31,6 +31,13 @@ def max_num_images(record: Record, cfg: RunConfig) -> str | None:
     return reason("max_num_images", f"{n} images > {limit}") if limit is not None and n > limit else None
 
 
+def max_media_per_sample(record: Record, cfg: RunConfig) -> str | None:
+    """The default cap on a sample's media references (images and videos, repeats counted): one line naming
+    one image 20,000 times would otherwise publish a sample of hundreds of MB."""
+    limit, n = cfg.tokens.max_media_per_sample, len(record.media)
+    return reason("max_media_per_sample", f"{n} media > {limit}") if limit is not None and n > limit else None
+
+
 def max_visual_tokens(sample: CountedSample, cfg: RunConfig) -> str | None:
     limit, n = cfg.tokens.max_visual_tokens, sample.tokens.visual_tokens
     return reason("max_visual_tokens", f"{n} > {limit}") if limit is not None and n > limit else None
@@ -41,7 +48,10 @@ def seq_len(sample: CountedSample, cfg: RunConfig) -> str | None:
     return sample.fit.reason if sample.fit.status == "dropped" else None
 
 
-RECORD_KNOBS: Final[Mapping[str, RecordKnob]] = {"max_num_images": max_num_images}
+RECORD_KNOBS: Final[Mapping[str, RecordKnob]] = {
+    "max_media_per_sample": max_media_per_sample,
+    "max_num_images": max_num_images,
+}
 TOKEN_KNOBS: Final[Mapping[str, TokenKnob]] = {"max_visual_tokens": max_visual_tokens, "seq_len": seq_len}
 
 

@@ -73,9 +73,10 @@ class MediaStep:
             storage_options=entry.storage_options,
             deadline=None if timeout is None else time.monotonic() + timeout,
         )
-        # With a media recipe that names remote sources, the fetch stage answers every reference.
+        # With a media recipe that names a source beyond the release's own media (remote or a local folder),
+        # the fetch stage answers every reference.
         recipe = find_recipe(entry.subset, cfg.media.catalogs)
-        self.recipe = recipe if recipe is not None and recipe.remote else None
+        self.recipe = recipe if recipe is not None and recipe.fetches else None
         self.fetched: dict[str, FetchOutcome] = {}
         self.fetch_stats = FetchStats()
         self.staged = cfg.source.source_format != "nemotron"

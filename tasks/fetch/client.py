@@ -27,6 +27,7 @@ from .failures import (
     DNS_ERROR,
     HTML_PAGE,
     HTTP_4XX,
+    NOT_MEDIA,
     SOURCE_ERROR,
     TIMEOUT,
     TOO_LARGE,
@@ -34,10 +35,11 @@ from .failures import (
     FetchError,
     classify_exception,
     looks_like_html,
+    non_media_body,
     status_error,
 )
 from .hosts import HostTable
-from .redirects import DEFAULT_POLICY, redirect_refusal
+from .redirects import DEFAULT_POLICY, redirect_refusal, same_origin
 from .request_watch import WatchedHTTPConnection, WatchedHTTPSConnection, watched
 from .retry import RetryPolicy, parse_retry_after
 
@@ -45,7 +47,6 @@ log = logging.getLogger("vlmforge.fetch")
 
 REDIRECTS = (301, 302, 303, 307, 308)
 CHUNK = 256 * 1024
-REDIRECT_DRAIN_MAX = 64 * 1024  # a redirect's body is read (to keep the connection) only when this small
 
 
 class RedactingFilter(logging.Filter):
@@ -155,7 +156,7 @@ class _Ask:
     cap: int
     expect_media: bool
     redirects: str = DEFAULT_POLICY  # the source's redirect policy (redirects.py)
-    headers: tuple[tuple[str, str], ...] = ()  # the source's own headers (a token): sent to its host only
+    headers: tuple[tuple[str, str], ...] = ()  # the source's own headers (a token): sent to its origin only
     method: str = "GET"  # HEAD: headers only (sizing without a body)
 
     @property
@@ -208,7 +209,7 @@ class HttpClient:
         and no backoff sleeps past it, and an attempt's body read stops there (``timeout``). Each attempt has
         its own deadline too (``request_timeout``), over connect, headers, redirects and body.
         ``redirects`` is the source's redirect policy (:mod:`.redirects`); ``headers`` (a token) go to the
-        URL's own host only, never to a host a redirect leads to."""
+        URL's own origin only (scheme, host and port), never to another one a redirect leads to."""
         cap = self.options.max_bytes if max_bytes is None else max_bytes
         extra = tuple((headers or {}).items())
         return self._with_retries(
@@ -256,8 +257,8 @@ class HttpClient:
                     deadline = time.monotonic() + self.options.request_timeout
                     if batch_deadline is not None:
                         deadline = min(deadline, batch_deadline)
-                own_host = (parts.hostname or "").lower() == (origin.hostname or "").lower()
-                hop_ask = ask if own_host or not ask.headers else replace(ask, headers=())
+                # a token goes to the recipe URL's own scheme, host and port only
+                hop_ask = ask if same_origin(parts, origin) or not ask.headers else replace(ask, headers=())
                 try:
                     result = self._request(current, parts, hop_ask, deadline)
                 except FetchError as err:
@@ -355,7 +356,7 @@ class HttpClient:
         status = r.status
         hdrs = {k.lower(): v for k, v in r.headers.items()}
         if status in REDIRECTS and hdrs.get("location"):
-            drain_or_discard(r, hdrs)
+            discard(r)  # a redirect's body is never read, however small it says it is
             return hdrs["location"]
         if status >= 400 or status < 200 or status in REDIRECTS:
             discard(r)
@@ -410,6 +411,9 @@ class HttpClient:
                     discard(r)
                     ctype = hdrs.get("content-type", "?")
                     raise FetchError(HTML_PAGE, f"an HTML page was served (Content-Type {ctype})", url=url)
+                if first and ask.expect_media and (kind := non_media_body(chunk, hdrs.get("content-type"))):
+                    discard(r)  # never stored, never quoted: the kind and the Content-Type only
+                    raise FetchError(NOT_MEDIA, f"not media: {kind}", url=url)
                 first = False
                 n += len(chunk)
                 if n > ask.cap:
@@ -465,17 +469,6 @@ def discard(r: urllib3.BaseHTTPResponse) -> None:
     """Drop a response we will not read: close its connection rather than download the rest."""
     with contextlib.suppress(Exception):  # closing a broken connection may raise again
         r.close()
-
-
-def drain_or_discard(r: urllib3.BaseHTTPResponse, hdrs: Mapping[str, str]) -> None:
-    """After a redirect: read a small declared body to keep the connection; close on anything else (an
-    endless or undeclared redirect body is never read)."""
-    length = hdrs.get("content-length") or hdrs.get("Content-Length")
-    if length and length.isdigit() and int(length) <= REDIRECT_DRAIN_MAX:
-        with contextlib.suppress(Exception):
-            r.drain_conn()
-            return
-    discard(r)
 
 
 def content_range_total(value: str | None) -> int | None:

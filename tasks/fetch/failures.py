@@ -8,6 +8,7 @@ retried within a run; every failure is retried by a later run.
 
 from __future__ import annotations
 
+import re
 import socket
 
 from urllib3 import exceptions as u3
@@ -36,6 +37,11 @@ UNSAFE_MEMBER = REASONS[
     "unsafe_member"
 ].code  # archive member that is a link, absolute, or escapes its folder
 BAD_ARCHIVE = REASONS["bad_archive"].code  # not a readable zip/tar, unsupported compression or encryption
+INTERNAL_ADDRESS = REASONS[
+    "internal_address"
+].code  # a url on an internal address the recipe does not declare
+ROOT_NOT_ALLOWED = REASONS["root_not_allowed"].code  # a local root outside the folders a run may read
+NOT_MEDIA = REASONS["not_media"].code  # JSON, text... where media was expected: never stored nor quoted
 NO_SOURCE = REASONS["no_source"].code  # no recipe source applies to the reference
 SOURCE_ERROR = REASONS["source_error"].code  # anything else a source raised, with its message
 MATCH_BUDGET = REASONS["match_budget"].code  # a source's match regex not run to its end on the reference
@@ -57,6 +63,9 @@ FAILURE_CLASSES: tuple[str, ...] = (
     NOT_IN_ARCHIVE,
     UNSAFE_MEMBER,
     BAD_ARCHIVE,
+    INTERNAL_ADDRESS,
+    ROOT_NOT_ALLOWED,
+    NOT_MEDIA,
     NO_SOURCE,
     SOURCE_ERROR,
     MATCH_BUDGET,
@@ -107,6 +116,36 @@ class FetchError(VlmforgeError):
 def _message(failure: str, detail: str) -> str:
     """``failure: detail`` for a registered failure class (KeyError for an unregistered one)."""
     return f"{reason(failure)}: {detail}"
+
+
+#: Content types that are never media (a web API's answer, a text file, a page).
+_NON_MEDIA_TYPES = ("application/json", "text/", "application/xml", "application/javascript", "+json", "+xml")
+
+
+def non_media_body(head: bytes, content_type: str | None) -> str | None:
+    """What a body that is not media is, from its Content-Type or its first bytes (JSON or text), or None.
+    The answer names the kind and the Content-Type, never the bytes."""
+    ctype = (content_type or "").split(";", 1)[0].strip().lower()
+    start = head.lstrip(b"\xef\xbb\xbf \t\r\n")[:512]
+    if any(marker in ctype for marker in _NON_MEDIA_TYPES) and not _binary(start):
+        return f"Content-Type {ctype}"
+    if start[:1] in (b"{", b"[") and not _binary(start):
+        return f"JSON (Content-Type {ctype or 'none'})"
+    # judged from the bytes only on a first chunk long enough to say (a dripped body comes a byte at a time)
+    if len(start) >= 16 and not _binary(start) and not re.match(rb"P[1-7]\s", start):  # ASCII PNM is text
+        return f"text (Content-Type {ctype or 'none'})"
+    return None
+
+
+def _binary(head: bytes) -> bool:
+    """Bytes no text has: control characters other than whitespace, or invalid UTF-8."""
+    if re.search(rb"[\x00-\x08\x0e-\x1f\x7f]", head):
+        return True
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:  # a multi-byte character cut by the chunk's end is still text
+        return exc.reason != "unexpected end of data"
+    return False
 
 
 def looks_like_html(head: bytes) -> bool:

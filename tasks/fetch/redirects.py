@@ -10,12 +10,16 @@ downgrade https to plain http. The rules, whatever the policy:
 
 and per policy (``schemas/recipes.py``, ``REDIRECT_POLICIES``):
 
-- ``same_host`` (default): the same host name and port (http -> https on the same host is allowed);
+- ``same_host`` (default): the same host name and port (http -> https on the same host is allowed only from
+  port 80 to 443, the two schemes' own ports: an upgrade to another port is another service);
 - ``any_public_host``: any host whose addresses pass the rule above;
 - ``any_host``: any host and address (for a mirror behind a private load balancer; still http(s) only and
   never a downgrade).
 
 A target host name is resolved (the client's resolver, else the system's) to judge its addresses.
+
+A source's own headers (a token) follow its URL's origin exactly: :func:`same_origin` compares scheme, host
+name and port, so a redirect to another port or scheme of the same host gets no credential.
 """
 
 from __future__ import annotations
@@ -33,7 +37,21 @@ def _port(parts: SplitResult) -> int:
     return parts.port or (443 if parts.scheme == "https" else 80)
 
 
-def _addresses(host: str, resolve: Resolve | None) -> list[str]:
+def same_origin(a: SplitResult, b: SplitResult) -> bool:
+    """Same scheme, host name (case-insensitive) and port (the scheme's default when none is written)."""
+    return (a.scheme, (a.hostname or "").lower(), _port(a)) == (
+        b.scheme,
+        (b.hostname or "").lower(),
+        _port(b),
+    )
+
+
+def _is_upgrade(current: SplitResult, target: SplitResult) -> bool:
+    """http -> https between the two schemes' own ports (80 -> 443)."""
+    return (current.scheme, _port(current), target.scheme, _port(target)) == ("http", 80, "https", 443)
+
+
+def addresses(host: str, resolve: Resolve | None) -> list[str]:
     try:
         ipaddress.ip_address(host)
         return [host]
@@ -86,15 +104,14 @@ def redirect_refusal(
     if current.scheme == "https" and target.scheme == "http":
         return "redirect from https to http"
     same = target.hostname.lower() == (current.hostname or "").lower()
-    upgrade = same and current.scheme == "http" and target.scheme == "https"
     if policy == DEFAULT_POLICY:
-        if same and (_port(target) == _port(current) or upgrade):
+        if same and (_port(target) == _port(current) or _is_upgrade(current, target)):
             return None
         where = f"{target.hostname}:{_port(target)}"
         return f"redirect to another host or port ({where}); the recipe's `redirects:` is same_host"
     if same or policy == "any_host" or names_internal_host(origin):
         return None
-    internal = [a for a in _addresses(target.hostname, resolve) if is_internal_address(a)]
+    internal = [a for a in addresses(target.hostname, resolve) if is_internal_address(a)]
     if internal:
         return (
             f"redirect to an internal address ({target.hostname} is {internal[0]}: loopback, private or "

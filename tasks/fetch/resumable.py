@@ -15,7 +15,7 @@ from urllib.parse import SplitResult, urljoin, urlsplit
 
 import urllib3
 
-from .client import CHUNK, REDIRECTS, HttpClient, discard, drain_or_discard
+from .client import CHUNK, REDIRECTS, HttpClient, discard
 from .failures import (
     HTTP_4XX,
     SOURCE_ERROR,
@@ -172,7 +172,7 @@ class ResumingStream:
         timeout = urllib3.Timeout(connect=opts.connect_timeout, read=opts.read_timeout)
         r = self.client.open(parts, f"bytes={self.pos}-" if self.pos else None, timeout, self.url)
         if r.status in REDIRECTS and r.headers.get("location"):
-            drain_or_discard(r, r.headers)
+            discard(r)  # a redirect's body is never read
             r.release_conn()
             return str(r.headers["location"])
         if r.status == 416 and self.pos:

@@ -67,11 +67,24 @@ def _unidentified(data: bytes, accepted: Collection[str]) -> Reject:
         other = other_pillow_format(data, accepted)
         if other is not None:
             return Reject("unsupported_format", other)
-        return Reject("not_an_image", short_detail(f"unrecognised content, starts with {data[:16]!r}"))
+        # the bytes are never quoted (a secret or a private file's first line would land in the manifest)
+        return Reject("not_an_image", f"unrecognised content ({len(data)} bytes, {_content_kind(data)})")
     dims = image_header_dims(magic, data)
     if dims is not None and min(dims) == 0:
         return Reject("too_small", f"{magic} header claims {dims[0]}x{dims[1]}")
     return Reject("decode_error", short_detail(f"{magic} signature but unreadable/unsupported"))
+
+
+def _content_kind(data: bytes) -> str:
+    """What unrecognised bytes look like, in words that quote none of them."""
+    head = data[:512].lstrip(b"\xef\xbb\xbf \t\r\n")
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError:
+        return "binary"
+    if head[:1] in (b"{", b"["):
+        return "JSON text"
+    return "HTML/XML text" if head[:1] == b"<" else "text"
 
 
 def open_header(

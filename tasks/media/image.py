@@ -6,8 +6,9 @@ of the steps; each step's rules live in its own module:
 
 1. open the header only (``decode``): decompression bombs are refused from the header, before any pixel is
    decoded; the displayed size is the size after EXIF orientation (``orient``);
-2. ask the model's geometry (``target_size``: the aspect-ratio limit) before paying for a decode, and decide
-   whether the original can be kept byte-identical (``keep``);
+2. ask the model's geometry (``target_size``: the aspect-ratio limit) before paying for a decode, decide
+   whether the original can be kept byte-identical (``keep``), and price the decode on the path it will take
+   against the decode budget (``decode_budget``: a pixel bomb under the header limit is refused here);
 3. verify the encoded data in full: kept originals are decoded as the trainer decodes them
    (``trainer_decode``: Pillow's full ``load()`` of the bytes written), but kept JPEGs, which are decoded
    with DCT scaling at 1/8 (every entropy-coded block is still decoded; a test shows the verdict equals a
@@ -28,6 +29,7 @@ from PIL import Image
 from .big_png import goes_in_strips, process_big_png
 from .colour import apply_icc, normalise_mode
 from .decode import RetryRelaxed, classify_decode_error, full_decode, open_header, pillow_limit_lifted
+from .decode_budget import DecodeBudget
 from .encode import FMT_TO_EXT, EncodeFormat, ImageFormat, OutExt, choose_output, encode, is_lossless_webp
 from .formats import ACCEPTED_IMAGE_FORMATS
 from .keep import KEEPABLE, can_keep, kept_bytes
@@ -51,6 +53,7 @@ IMAGE_REASONS: frozenset[str] = frozenset(
         "decode_error",
         "aspect_ratio",
         "too_small",
+        "decode_budget",
     )
 )
 
@@ -94,6 +97,7 @@ class _Request:
     jpeg_quality: int
     resample: Resample
     accepted_formats: Collection[str]
+    budget: DecodeBudget
     align_to_grid: bool = False
 
 
@@ -147,6 +151,7 @@ def process_image(
     resample: Resample = "bicubic",
     accepted_formats: Collection[str] = ACCEPTED_IMAGE_FORMATS,
     align_to_grid: bool = False,
+    decode_budget: DecodeBudget | None = None,
 ) -> ImageResult:
     """Verify one image by a full decode and return it ready for a shard.
 
@@ -167,6 +172,10 @@ def process_image(
     ``align_to_grid``: an image whose size is not already ``target_size(h, w)`` is resized to it even inside
     the range (a trainer whose data path resizes twice, like Megatron-Bridge's collate, then feeds the grid
     the processor computes: :mod:`vlmforge.tasks.tokens.feed_paths`).
+
+    ``decode_budget``: the memory the image's decode may take, priced from the header on the path it will
+    take (:mod:`.decode_budget`); over it the image is ``decode_budget``, before any pixel is decoded.
+    Default: :meth:`DecodeBudget.for_run` of ``max_image_pixels`` and ``max_pixels``.
     """
     if not data:
         return _Seen().rejected("zero_size", "empty payload")
@@ -180,6 +189,7 @@ def process_image(
         jpeg_quality,
         resample,
         tuple(accepted_formats),
+        decode_budget or DecodeBudget.for_run(max_image_pixels, max_pixels),
         align_to_grid,
     )
     try:
@@ -222,6 +232,7 @@ def _plan(data: bytes, img: Image.Image, request: _Request, seen: _Seen, relaxed
     layout = png_layout(data) if img.format == "PNG" else None
     decoded = img.format == "PNG" and layout is None
     if decoded:  # unusual PNG: Pillow decodes it whole, once
+        request.budget.check(img, None)
         full_decode(img, relaxed)
     orientation = pending_orientation(img, metadata_png(layout) if layout is not None else None)
     displayed = seen.size = displayed_size(stored, orientation)
@@ -274,12 +285,24 @@ def _model_size(
 
 def _output(data: bytes, img: Image.Image, plan: _Plan, request: _Request, relaxed: bool) -> ImageResult:
     layout = plan.layout
+    strips = layout is not None and goes_in_strips(layout, plan.needs_resize)
+    if not plan.decoded:
+        request.budget.check(img, _reduced_path(plan, strips))
     if plan.keep:
         return _kept(data, img, plan, relaxed)
-    if layout is not None and goes_in_strips(layout, plan.needs_resize):
+    if layout is not None and strips:
         return _strip_resized(data, img, layout, plan, request)
     notes = _verify_decode(img, plan, relaxed)
     return _reencoded(data, img, plan, request, notes)
+
+
+def _reduced_path(plan: _Plan, strips: bool) -> str | None:
+    """How the image will be decoded: reduced (``jpeg_draft``, ``png_strips``) or whole (None)."""
+    if strips:
+        return "png_strips"
+    if plan.src_format in ("JPEG", "MPO") and (plan.needs_resize or plan.keep):
+        return "jpeg_draft"
+    return None
 
 
 def _verify_decode(img: Image.Image, plan: _Plan, relaxed: bool) -> list[str]:

@@ -51,10 +51,21 @@ LINES: list[tuple[str, str, str | None]] = [
     (json.dumps(_sample("long", ["images/blue.png"], LONG_ANSWER)), "ok", None),
     (json.dumps(_sample("ok-1", ["images/blue.png"])), "rejected", "duplicate_key"),
     (json.dumps(_sample("ok-2", ["images/blue.png"])), "ok", None),
+    (json.dumps(_sample("four", ["images/red.png", "images/blue.png"] * 2)), "ok", None),
 ]
 # The knob settings of the knob test, and the line each knob drops (1-based).
-KNOBS: dict[str, Any] = {"max_num_images": 2, "max_visual_tokens": 200, "seq_len": 300}
-DROPPED_BY: dict[str, int] = {"max_num_images": 5, "max_visual_tokens": 6, "seq_len": 7}
+KNOBS: dict[str, Any] = {
+    "max_media_per_sample": 3,
+    "max_num_images": 2,
+    "max_visual_tokens": 200,
+    "seq_len": 300,
+}
+DROPPED_BY: dict[str, int] = {
+    "max_media_per_sample": 10,
+    "max_num_images": 5,
+    "max_visual_tokens": 6,
+    "seq_len": 7,
+}
 
 
 def make_release(root: Path) -> SubsetEntry:

@@ -65,6 +65,7 @@ def test_each_knob_drops_with_its_reason(release: tuple[Path, SubsetEntry]) -> N
     dropped = {r["line"]: r["reason"] for r in rows if r["status"] == "dropped"}
     assert {code_of(why): line for line, why in dropped.items()} == DROPPED_BY
     assert dropped[DROPPED_BY["max_num_images"]] == "max_num_images: 3 images > 2"
+    assert dropped[DROPPED_BY["max_media_per_sample"]] == "max_media_per_sample: 4 media > 3"
     assert dropped[DROPPED_BY["max_visual_tokens"]].startswith("max_visual_tokens: ")
     assert dropped[DROPPED_BY["seq_len"]].endswith(" tokens > 300")
     assert stats.dropped == len(DROPPED_BY) and stats.lines == stats.ok + stats.rejected + stats.dropped

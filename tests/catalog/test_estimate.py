@@ -91,7 +91,10 @@ class World:
         _subset(
             self.release, "zipped", [f"imgs/z{i}.jpg" for i in range(0, 3 * ZIP_USED, 3)] + ["imgs/none.jpg"]
         )
-        self._recipe("zipped", f"  - kind: archive\n    url: {srv.url('/archives/images.zip')}\n")
+        self._recipe(
+            "zipped",
+            f"  - kind: archive\n    allow_private: true\n    url: {srv.url('/archives/images.zip')}\n",
+        )
         # s3: one object per reference in a bucket, one absent
         fs = s3fs.S3FileSystem(endpoint_url=s3, key="testing", secret="testing")
         fs.mkdir("media-bucket")
@@ -107,7 +110,9 @@ class World:
         _subset(self.release, "http_a", [f"h{i}.jpg" for i in range(HTTP_A)] + ["h1.jpg", "h2.jpg"])
         _subset(self.release, "http_b", own_b + [f"h{i}.jpg" for i in range(HTTP_B_SHARED)])
         for name in ("http_a", "http_b"):
-            self._recipe(name, f"  - kind: http_files\n    url: {srv.url('/media/{name}')}\n")
+            self._recipe(
+                name, f"  - kind: http_files\n    allow_private: true\n    url: {srv.url('/media/{name}')}\n"
+            )
         self.out = base / "out"
 
     def _recipe(self, subset: str, sources: str) -> None:

@@ -147,7 +147,10 @@ def test_sources_are_tried_in_order_and_a_miss_falls_through(tmp_path: Path, srv
         {
             "subset": "sub",
             "license": "CC0-1.0",
-            "sources": [{"kind": "http_files", "url": srv.url("/m/{name}")}, {"kind": "release_tar"}],
+            "sources": [
+                {"kind": "http_files", "allow_private": True, "url": srv.url("/m/{name}")},
+                {"kind": "release_tar"},
+            ],
         }
     )
     with ThreadPoolExecutor(4) as pool:
@@ -181,7 +184,7 @@ def test_unmeasured_sizes_carry_an_interval_and_a_full_sample_is_exact(
         {
             "subset": "sub",
             "license": "CC0-1.0",
-            "sources": [{"kind": "http_files", "url": srv.url("/m/{name}")}],
+            "sources": [{"kind": "http_files", "allow_private": True, "url": srv.url("/m/{name}")}],
         }
     )
     rows = {}
@@ -230,7 +233,7 @@ def test_a_tar_at_a_url_costs_its_whole_size_once(tmp_path: Path, srv: HttpFixtu
     _release(tmp_path, ["v0.jpg", "v1.jpg", "v2.jpg"])
     (entry,) = catalog_release(str(tmp_path / "rel"))
     refs = subset_references(entry)
-    source = {"kind": "archive", "url": srv.url("/a/videos.tar")}
+    source = {"kind": "archive", "allow_private": True, "url": srv.url("/a/videos.tar")}
     recipe = parse_recipe({"subset": "sub", "license": "CC0-1.0", "sources": [source]})
     with ThreadPoolExecutor(2) as pool:
         ctx = SizingContext(entry, HttpClient(HttpOptions(retries=0)), pool)

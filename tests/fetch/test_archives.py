@@ -53,7 +53,13 @@ def make_tar(members: list[tarfile.TarInfo | tuple[str, bytes]], mode: str = "w"
 
 
 def recipe(**source: Any) -> Recipe:
-    return parse_recipe({"subset": "t", "license": "CC-BY-4.0", "sources": [{"kind": "archive", **source}]})
+    return parse_recipe(
+        {
+            "subset": "t",
+            "license": "CC-BY-4.0",
+            "sources": [{"kind": "archive", "allow_private": True, **source}],
+        }
+    )
 
 
 def run(refs: list[str], r: Recipe, store: ContentStore, **kw: Any) -> FetchResult:

@@ -67,7 +67,9 @@ def test_sources_are_tried_in_order(srv: HttpFixture, store: ContentStore, relea
     for i in range(3):
         srv.add(f"/img/remote{i}.jpg", img(i))
     srv.add("/img/loose.jpg", b"upstream copy that must not be fetched")
-    recipe = make_recipe({"kind": "release_tar"}, {"kind": "http_files", "url": srv.url("/img/{name}")})
+    recipe = make_recipe(
+        {"kind": "release_tar"}, {"kind": "http_files", "allow_private": True, "url": srv.url("/img/{name}")}
+    )
     refs = ["loose.jpg", "inmedia.jpg", "intar/x.jpg", "remote0.jpg", "a/remote1.jpg", "remote2.jpg"]
     out = fetch(refs, recipe, store, context=release)
     assert [out[r].source for r in refs] == ["release_tar"] * 3 + ["http_files"] * 3
@@ -113,7 +115,8 @@ def test_local_source_with_an_environment_root(
     out = fetch(["images/000000000009.jpg"], recipe, store)  # set, but not allowed (--env-allow)
     assert out["images/000000000009.jpg"].status == "source_error"
     assert "--env-allow COCO_ROOT" in out["images/000000000009.jpg"].detail
-    allowed = FetchContext(env_allow=("COCO_ROOT",))
+    # a root the run may read: under a --media-root (the policy refuses any other folder)
+    allowed = FetchContext(media_roots=(str(tmp_path),), env_allow=("COCO_ROOT",))
     out = fetch(["images/000000000009.jpg"], recipe, store, context=allowed)
     assert read_outcome(out["images/000000000009.jpg"], store) == img(9)
     # the value is a secret: the upstream shows the variable's name
@@ -123,8 +126,12 @@ def test_local_source_with_an_environment_root(
 
 def test_each_upstream_object_is_fetched_once_across_subsets(srv: HttpFixture, store: ContentStore) -> None:
     srv.add("/shared/1.jpg", img(1))
-    a = make_recipe({"kind": "http_files", "url": srv.url("/shared/{name}")}, subset="a")
-    b = make_recipe({"kind": "http_files", "url": srv.url("/shared/{name}")}, subset="b")
+    a = make_recipe(
+        {"kind": "http_files", "allow_private": True, "url": srv.url("/shared/{name}")}, subset="a"
+    )
+    b = make_recipe(
+        {"kind": "http_files", "allow_private": True, "url": srv.url("/shared/{name}")}, subset="b"
+    )
     first = fetch(["1.jpg", "x/1.jpg"], a, store)  # two refs, one upstream object: one request
     second = fetch(["other/1.jpg"], b, store)
     assert srv.completed("/shared/1.jpg") == 1
@@ -139,7 +146,7 @@ def test_a_damaged_upstream_index_entry_costs_one_refetch_and_nothing_else(
     # index entries are not synced to disk (one flush per object saved): a power loss may leave one empty
     # or stale, and lookup must then fall back to fetching the object again, never trust the entry
     srv.add("/d/1.jpg", img(1))
-    recipe = make_recipe({"kind": "http_files", "url": srv.url("/d/{name}")})
+    recipe = make_recipe({"kind": "http_files", "allow_private": True, "url": srv.url("/d/{name}")})
     first = fetch(["1.jpg"], recipe, store)["1.jpg"]
     (entry,) = [p for p in Path(store.root).rglob("*.json") if "1.jpg" in p.read_text()]
     entry.write_bytes(damage.replace(b'"x"', f'"{srv.url("/d/1.jpg")}"'.encode()))
@@ -156,7 +163,7 @@ def test_failures_are_outcomes_and_stats(srv: HttpFixture, store: ContentStore) 
     srv.add("/i/gone.jpg", img(2), Fault("404"))
     srv.add("/i/page.jpg", img(3), Fault("html"))
     srv.add("/i/down.jpg", img(4), Fault("500"))
-    recipe = make_recipe({"kind": "http_files", "url": srv.url("/i/{name}")})
+    recipe = make_recipe({"kind": "http_files", "allow_private": True, "url": srv.url("/i/{name}")})
     res = fetch_batch(
         ["ok.jpg", "gone.jpg", "page.jpg", "down.jpg", "../etc/passwd"],
         recipe,
@@ -188,7 +195,7 @@ def test_stream_hands_over_each_ok_object_while_the_batch_still_fetches(
     srv.add("/i/fast.jpg", img(1))
     srv.add("/i/slow.jpg", img(2), Fault("delay", delay=1.5))
     srv.add("/i/gone.jpg", img(3), Fault("404"))
-    recipe = make_recipe({"kind": "http_files", "url": srv.url("/i/{name}")})
+    recipe = make_recipe({"kind": "http_files", "allow_private": True, "url": srv.url("/i/{name}")})
     refs = ["fast.jpg", "slow.jpg", "gone.jpg", "again/fast.jpg"]
     stream = FetchStream(refs, recipe, store, client=HttpClient(HTTP), options=OPTS)
     seen = []
@@ -209,8 +216,8 @@ def test_mirror_fallback_prefers_a_transient_failure(srv: HttpFixture, store: Co
     srv.add("/mirror/a.jpg", img(1))
     srv.add("/primary/b.jpg", img(2), Fault("500"))
     recipe = make_recipe(
-        {"kind": "http_files", "url": srv.url("/primary/{name}")},
-        {"kind": "http_files", "url": srv.url("/mirror/{name}")},
+        {"kind": "http_files", "allow_private": True, "url": srv.url("/primary/{name}")},
+        {"kind": "http_files", "allow_private": True, "url": srv.url("/mirror/{name}")},
     )
     out = fetch(["a.jpg", "b.jpg"], recipe, store)
     assert out["a.jpg"].ok and out["a.jpg"].upstream == srv.url("/mirror/a.jpg")
@@ -221,7 +228,12 @@ def test_mirror_fallback_prefers_a_transient_failure(srv: HttpFixture, store: Co
 def test_match_restricts_a_source(srv: HttpFixture, store: ContentStore) -> None:
     srv.add("/charts/a.png", img(1))
     recipe = make_recipe(
-        {"kind": "http_files", "url": srv.url("/charts/{file}"), "match": r"^train/png/(?P<file>[^/]+)$"}
+        {
+            "kind": "http_files",
+            "allow_private": True,
+            "url": srv.url("/charts/{file}"),
+            "match": r"^train/png/(?P<file>[^/]+)$",
+        }
     )
     out = fetch(["train/png/a.png", "val/png/a.png"], recipe, store)
     assert out["train/png/a.png"].ok
@@ -230,7 +242,7 @@ def test_match_restricts_a_source(srv: HttpFixture, store: ContentStore) -> None
 
 def test_expected_sha256_mismatch(srv: HttpFixture, store: ContentStore) -> None:
     srv.add("/e/a.jpg", img(1))
-    recipe = make_recipe({"kind": "http_files", "url": srv.url("/e/{name}")})
+    recipe = make_recipe({"kind": "http_files", "allow_private": True, "url": srv.url("/e/{name}")})
     out = fetch(["a.jpg"], recipe, store, expected={"a.jpg": "0" * 64})
     assert out["a.jpg"].status == "hash_mismatch"
     assert not store.has(hashlib.sha256(img(1)).hexdigest())  # a mismatching object is not kept
@@ -247,7 +259,7 @@ def test_per_host_limits_are_run_wide_and_split_between_the_batches_fetching_at_
     for i in range(12):
         srv.add(f"/h/{i}.jpg", img(i), Fault("delay", delay=0.05))
     extra = {"max_concurrency": source_limit} if source_limit else {}
-    recipe = make_recipe({"kind": "http_files", "url": srv.url("/h/{name}"), **extra})
+    recipe = make_recipe({"kind": "http_files", "allow_private": True, "url": srv.url("/h/{name}"), **extra})
     options = FetchKnobs(
         concurrency=8, http=HttpOptions(per_host=per_host, retries=0, seed=0), host_share=share
     )
@@ -259,7 +271,7 @@ def test_per_host_limits_are_run_wide_and_split_between_the_batches_fetching_at_
 def test_large_objects_spill_to_disk_and_publish_by_rename(srv: HttpFixture, store: ContentStore) -> None:
     big = img(7) * 2000  # ~0.4 MB
     srv.add("/v/clip.mp4", big)
-    recipe = make_recipe({"kind": "http_files", "url": srv.url("/v/{name}")})
+    recipe = make_recipe({"kind": "http_files", "allow_private": True, "url": srv.url("/v/{name}")})
     out = fetch_batch(
         ["clip.mp4"],
         recipe,
@@ -286,7 +298,7 @@ def test_duckdb_shows_the_failed_refs_and_a_later_run_retries_exactly_those(
         srv.add(f"/d/{i}.jpg", img(i))
     srv.fault("/d/3.jpg", Fault("503"))
     srv.fault("/d/7.jpg", Fault("truncated"))
-    recipe = make_recipe({"kind": "http_files", "url": srv.url("/d/{name}")})
+    recipe = make_recipe({"kind": "http_files", "allow_private": True, "url": srv.url("/d/{name}")})
     out = fetch(refs, recipe, store)
     # The media manifest rows (the proposed fetch columns), written and queried as the pipeline would.
     schema = pa.schema([pa.field("subset", pa.string()), pa.field("ref", pa.string()), *MEDIA_FETCH_FIELDS])
@@ -334,6 +346,7 @@ def test_s3_objects_and_s3_hosted_zip(
         },
         {
             "kind": "archive",
+            "allow_private": True,
             "url": "s3://open-images-dataset/CLEVR_v1.0.zip",
             "member": "CLEVR_v1.0/images/train/{name}",
             "match": r"\.png$",

@@ -50,7 +50,11 @@ def payload(i: int) -> bytes:
 
 def recipe(url: str, kind: str = "http_files", **extra: Any) -> Recipe:
     return parse_recipe(
-        {"subset": "flaky", "license": "CC-BY-4.0", "sources": [{"kind": kind, "url": url, **extra}]}
+        {
+            "subset": "flaky",
+            "license": "CC-BY-4.0",
+            "sources": [{"kind": kind, "url": url, "allow_private": True, **extra}],
+        }
     )
 
 

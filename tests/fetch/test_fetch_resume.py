@@ -27,7 +27,8 @@ from vlmforge.tasks.storage import ContentStore, atomic_write_text
 from pathlib import Path
 
 url, store, out, n, concurrency = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-recipe = parse_recipe({"subset": "s", "license": "CC0-1.0", "sources": [{"kind": "http_files", "url": url}]})
+source = {"kind": "http_files", "allow_private": True, "url": url}
+recipe = parse_recipe({"subset": "s", "license": "CC0-1.0", "sources": [source]})
 http = HttpOptions(backoff_base=0.01, retries=1)
 opts = FetchKnobs(concurrency=concurrency, spill_bytes=20_000, http=http)
 res = fetch_batch([f"{i:03d}.jpg" for i in range(n)], recipe, ContentStore(store), options=opts)

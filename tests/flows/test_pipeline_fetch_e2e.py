@@ -59,7 +59,7 @@ def test_remote_media_are_fetched_once_and_the_run_reconciles(prefect_harness: N
         recipes.mkdir()
         (recipes / f"{SUBSET}.yaml").write_text(
             f"subset: {SUBSET}\nlicense: CC0-1.0\n"
-            f"sources:\n  - kind: http_files\n    url: {srv.url('/media/{name}')}\n"
+            f"sources:\n  - kind: http_files\n    allow_private: true\n    url: {srv.url('/media/{name}')}\n"
         )
         cfg = RunConfig(
             release=str(_release(tmp_path)),

@@ -23,11 +23,16 @@ def recipe(**source: object) -> object:
 @pytest.mark.parametrize(
     "source",
     [
-        {"kind": "http_files", "url": "http://127.0.0.1:8765/${PLANTED}/{name}"},
-        {"kind": "http_files", "url": "https://h.example/{name}?token=${PLANTED}"},
-        {"kind": "http_files", "url": "${A}${B}/{name}"},
-        {"kind": "http_files", "url": "${MIRROR}x/{name}"},
-        {"kind": "archive", "url": "https://h.example/a.zip", "member": "${PLANTED}/{ref}"},
+        {"kind": "http_files", "allow_private": True, "url": "http://127.0.0.1:8765/${PLANTED}/{name}"},
+        {"kind": "http_files", "allow_private": True, "url": "https://h.example/{name}?token=${PLANTED}"},
+        {"kind": "http_files", "allow_private": True, "url": "${A}${B}/{name}"},
+        {"kind": "http_files", "allow_private": True, "url": "${MIRROR}x/{name}"},
+        {
+            "kind": "archive",
+            "allow_private": True,
+            "url": "https://h.example/a.zip",
+            "member": "${PLANTED}/{ref}",
+        },
         {"kind": "s3", "url": "s3://${PLANTED}/{name}"},
         {"kind": "hf", "repo": "o/n", "revision": "r", "path": "${PLANTED}/{ref}"},
         {"kind": "local", "root": "/data/${PLANTED}"},
@@ -35,6 +40,7 @@ def recipe(**source: object) -> object:
         {"kind": "local", "root": "/data", "storage_options": {"key": "x-${PLANTED}"}},
         {
             "kind": "archive",
+            "allow_private": True,
             "url": "s3://b/a.tar",
             "storage_options": {"client_kwargs": {"k": "a${PLANTED}"}},
         },
@@ -49,12 +55,13 @@ def test_a_variable_where_the_schema_does_not_allow_one_is_refused(source: dict[
 @pytest.mark.parametrize(
     "source",
     [
-        {"kind": "http_files", "url": "${MIRROR}/{name}"},
-        {"kind": "archive", "url": "${MAPQA_ZIPS}/MapQA_{name}.zip"},
+        {"kind": "http_files", "allow_private": True, "url": "${MIRROR}/{name}"},
+        {"kind": "archive", "allow_private": True, "url": "${MAPQA_ZIPS}/MapQA_{name}.zip"},
         {"kind": "local", "root": "${COCO_ROOT}", "path": "train2017/{name}"},
         {"kind": "local", "root": "${COCO_ROOT}/train2017"},
         {
             "kind": "archive",
+            "allow_private": True,
             "url": "s3://b/a.tar",
             "storage_options": {"key": "${KEY}", "secret": "${SECRET}"},
         },
@@ -101,7 +108,12 @@ def test_a_value_with_braces_is_text_not_a_template() -> None:
     ],
 )
 def test_header_rules(headers: dict[str, str], ok: bool) -> None:
-    source = {"kind": "http_files", "url": "https://h.example/{name}", "headers": headers}
+    source = {
+        "kind": "http_files",
+        "allow_private": True,
+        "url": "https://h.example/{name}",
+        "headers": headers,
+    }
     if ok:
         recipe(**source)
     else:
@@ -131,6 +143,7 @@ def test_a_token_header_goes_to_its_own_host_only(
                 "sources": [
                     {
                         "kind": "http_files",
+                        "allow_private": True,
                         "url": srv.url("/{name}"),
                         "headers": {"Authorization": "Bearer ${VF_TOKEN}"},
                         "redirects": "any_host",
@@ -158,9 +171,19 @@ def test_an_unexpanded_header_or_storage_option_skips_its_source(tmp_path: Path)
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "a.jpg").write_bytes(b"\xff\xd8\xff\xe0")
     sources = [
-        {"kind": "http_files", "url": "http://127.0.0.1:9/{name}", "headers": {"X-Key": "${VF_UNSET_KEY}"}},
+        {
+            "kind": "http_files",
+            "allow_private": True,
+            "url": "http://127.0.0.1:9/{name}",
+            "headers": {"X-Key": "${VF_UNSET_KEY}"},
+        },
         {"kind": "local", "root": str(tmp_path / "m"), "storage_options": {"key": "${VF_UNSET_KEY}"}},
-        {"kind": "archive", "url": "s3://b/a.tar", "storage_options": {"key": "${VF_UNSET_KEY}"}},
+        {
+            "kind": "archive",
+            "allow_private": True,
+            "url": "s3://b/a.tar",
+            "storage_options": {"key": "${VF_UNSET_KEY}"},
+        },
     ]
     for source in sources:
         r = parse_recipe({"subset": "s", "license": "MIT", "sources": [source]})

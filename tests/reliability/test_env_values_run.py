@@ -87,7 +87,8 @@ def run(
 
 
 def recipe_text(url: str) -> str:
-    return f'subset: {SUBSET}\nlicense: MIT\nsources:\n  - kind: http_files\n    url: "{url}"\n'
+    source = f'  - kind: http_files\n    allow_private: true\n    url: "{url}"\n'
+    return f"subset: {SUBSET}\nlicense: MIT\nsources:\n{source}"
 
 
 def test_a_variable_in_a_url_path_is_refused_before_any_fetch(tmp_path: Path, scratch: Path) -> None:

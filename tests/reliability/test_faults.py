@@ -142,7 +142,7 @@ def _build_release(root: Path, sample_release: Path, srv: HttpFixture) -> tuple[
     recipes.mkdir()
     (recipes / "remote_photos.yaml").write_text(
         "subset: remote_photos\nlicense: CC0-1.0\n"
-        f"sources:\n  - kind: http_files\n    url: {srv.url('/media/{name}')}\n"
+        f"sources:\n  - kind: http_files\n    allow_private: true\n    url: {srv.url('/media/{name}')}\n"
     )
     return release, recipes
 

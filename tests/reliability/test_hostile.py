@@ -407,7 +407,13 @@ def _link(name: str, target: str, kind: bytes) -> tarfile.TarInfo:
 
 
 def _archive_recipe(url: str) -> Recipe:
-    return parse_recipe({"subset": "s", "license": "CC-BY-4.0", "sources": [{"kind": "archive", "url": url}]})
+    return parse_recipe(
+        {
+            "subset": "s",
+            "license": "CC-BY-4.0",
+            "sources": [{"kind": "archive", "allow_private": True, "url": url}],
+        }
+    )
 
 
 @case(

@@ -64,7 +64,8 @@ def test_a_hostile_upstream_cannot_hold_a_run(prefect_harness: None, tmp_path: P
         recipes, out = tmp_path / "recipes", tmp_path / "out"
         recipes.mkdir()
         url = srv.url("/{name}")
-        recipe = f'subset: {SUBSET}\nlicense: MIT\nsources:\n  - kind: http_files\n    url: "{url}"\n'
+        source = f'  - kind: http_files\n    allow_private: true\n    url: "{url}"\n'
+        recipe = f"subset: {SUBSET}\nlicense: MIT\nsources:\n{source}"
         (recipes / f"{SUBSET}.yaml").write_text(recipe)
         env = os.environ.copy() | {
             "TMPDIR": str(scratch),

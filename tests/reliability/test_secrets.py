@@ -90,7 +90,7 @@ def test_url_user_info_that_gets_a_401(
     store = ContentStore(str(tmp_path / "store"))
     res = fetch_batch(
         ["a.jpg"],
-        recipe({"kind": "http_files", "url": url + "/private/{name}"}),
+        recipe({"kind": "http_files", "allow_private": True, "url": url + "/private/{name}"}),
         store,
         client=HttpClient(HTTP),
         options=FetchKnobs(http=HTTP),
@@ -100,7 +100,7 @@ def test_url_user_info_that_gets_a_401(
     assert o.upstream is not None and "***@127.0.0.1" in o.upstream  # still says where it went
     ok = fetch_batch(
         ["b.jpg"],
-        recipe({"kind": "http_files", "url": url + "/public/{name}"}),
+        recipe({"kind": "http_files", "allow_private": True, "url": url + "/public/{name}"}),
         store,
         client=HttpClient(HTTP),
         options=FetchKnobs(http=HTTP),
@@ -132,17 +132,20 @@ def test_query_tokens_in_file_tar_and_zip_urls(
         recipe(
             {
                 "kind": "http_files",
+                "allow_private": True,
                 "url": srv.url("/d/{name}") + f"?token={SECRET}&sig={SECRET}",
                 "match": r"x\.jpg",
             },
             {
                 "kind": "archive",
+                "allow_private": True,
                 "url": srv.url("/d/a.tar") + f"?X-Amz-Signature={SECRET}",
                 "format": "tar",
                 "match": r"^in/",
             },
             {
                 "kind": "archive",
+                "allow_private": True,
                 "url": srv.url("/d/a.zip") + f"?Signature={SECRET}&Expires=1",
                 "format": "zip",
                 "match": r"^z/",
@@ -211,6 +214,7 @@ def test_s3_failures_with_planted_keys(
             },
             {
                 "kind": "archive",
+                "allow_private": True,
                 "url": "s3://no-such-bucket/CLEVR.zip",
                 "member": "{ref}",
                 "storage_options": options,

@@ -9,6 +9,7 @@ from ..archive_members import normalize_member
 from ..batch_state import BatchRun
 from ..failures import NOT_IN_ARCHIVE, SOURCE_ERROR, FetchError, classify_fs_error
 from ..outcomes import Answers, FetchOutcome, Located
+from ..policy import check_url
 from ..tar_fetch import fetch_tar_members
 from ..zip_fetch import fetch_zip_members
 
@@ -58,6 +59,10 @@ class Archive:
         return out, wanted
 
     def _read_archive(self, source: ArchiveSource, url: str, refs: dict[str, str], run: BatchRun) -> Answers:
+        try:
+            check_url(url, source.allow_private, run.client.options.resolver)  # before anything is sent
+        except FetchError as err:
+            return dict.fromkeys(refs, err)
         try:
             if source.archive_format(url) == "zip":
                 return fetch_zip_members(run, url, refs, source.storage_options, source.redirects)

@@ -7,6 +7,7 @@ from ..batch_state import BatchRun
 from ..failures import SOURCE_ERROR, FetchError
 from ..objects import fetch_objects
 from ..outcomes import Answers, Located
+from ..policy import check_url
 from ..store_writes import StoreSink
 
 
@@ -22,6 +23,7 @@ class HttpFiles:
             run.limit_host(fill(source.url, next(iter(located.values()))), source.max_concurrency)
 
         def fetch_one(url: str, sink: StoreSink) -> int:
+            check_url(url, source.allow_private, run.client.options.resolver)  # before anything is sent
             resp = run.client.get(
                 url,
                 sink=sink,

@@ -194,7 +194,7 @@ def write_recipes(plan: list[SubsetPlan], folder: Path, upstream_url: str | None
         if p.kind in _UPSTREAM_KINDS:
             text = (
                 f"subset: {p.name}\nlicense: CC-BY-4.0\n"
-                f'sources:\n  - kind: http_files\n    url: "{base}/img/{{name}}"\n'
+                f'sources:\n  - kind: http_files\n    allow_private: true\n    url: "{base}/img/{{name}}"\n'
             )
             (folder / f"{p.name}.yaml").write_text(text)
     return folder
