@@ -87,7 +87,11 @@ def _recipe(recipes: Path, subset: str, source: dict[str, Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def run() -> Iterator[dict[str, Any]]:
+def run(prefect_harness: None) -> Iterator[dict[str, Any]]:
+    """One real run over every case of the module, on the local executor (its decodes in the run's own
+    process, whose peak RSS is measured) and the session's Prefect server."""
+    from vlmforge.flows.runtime import configured_api_url
+
     root = Path(tempfile.mkdtemp(prefix="vfr2b-"))
     jpeg = _jpeg()
     try:
@@ -134,15 +138,13 @@ def run() -> Iterator[dict[str, Any]]:
             )
             env = os.environ.copy() | {
                 "TMPDIR": str(root),
-                "RAY_TMPDIR": str(root),
                 "PYTHONUNBUFFERED": "1",
-                "PREFECT_HOME": str(root / "prefect"),
+                "PREFECT_API_URL": str(configured_api_url()),
                 "VF_R2B_TOKEN": TOKEN,
             }
-            env.pop("PREFECT_API_URL", None)
             cmd = [sys.executable, "-m", "vlmforge.flows.cli", "run", str(release), "--out", str(out)]
             cmd += ["--recipes", str(recipes), "--skip-gate", "--num-cpus", "1", "--max-reject-rate", "1.0"]
-            cmd += ["--env-allow", "VF_R2B_TOKEN"]
+            cmd += ["--env-allow", "VF_R2B_TOKEN", "--executor", "local"]
             t0 = time.monotonic()
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=RUN_TIMEOUT_S)
             seconds = time.monotonic() - t0
