@@ -90,6 +90,38 @@ def sample_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_sample_release(tmp_path_factory.mktemp("release") / "sample").root
 
 
+@pytest.fixture(scope="session")
+def bridge_sample_runs(
+    prefect_harness: None, sample_release: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    """The sample release run with each Megatron-Bridge trainer (tests/training/bridge_runs.py); skips,
+    naming why, where Bridge's environment cannot be built."""
+    from bridge_fed_checks import require_bridge_env
+    from bridge_runs import sample_runs
+
+    require_bridge_env()
+    return sample_runs(sample_release, tmp_path_factory.mktemp("bridge-fed"))
+
+
+@pytest.fixture(scope="session")
+def bridge_layout_runs(prefect_harness: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The benchmark-set layouts' replicas run with each Megatron-Bridge trainer (tests/training)."""
+    from bridge_runs import layout_runs
+
+    return layout_runs(tmp_path_factory.mktemp("bridge-layouts"))
+
+
+@pytest.fixture(scope="session")
+def bridge_probed(
+    bridge_sample_runs: dict[str, Path], bridge_layout_runs: dict[str, Path]
+) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:
+    """What Bridge's real encoder did with every sample of both, in one probe process (megatron-core
+    imported once a session): ``{"sample" | "layouts": trainer -> key -> line}``."""
+    from bridge_runs import probe_all
+
+    return probe_all(bridge_sample_runs, bridge_layout_runs)
+
+
 @pytest.fixture
 def srv() -> Iterator[HttpFixture]:
     """A loopback HTTP server with fault modes (``http_fixture.py``), one per test."""

@@ -26,54 +26,23 @@ from bridge_fed_checks import (
     layout_mismatches,
     limit_between,
     manifest,
-    probe_runs,
-    require_bridge_env,
 )
-from conftest import run_flow
-
-from vlmforge.schemas.config import RunConfig
-from vlmforge.schemas.trainers import TRAINERS
 
 pytestmark = pytest.mark.slow
 
 Probed = dict[str, dict[str, dict[str, Any]]]
-# every image kind, multi-image samples and both videos of the release (bad_rows adds only rejects)
-SUBSETS = ("photo_vqa", "multi_image", "video_qa")
 
 
 @pytest.fixture(scope="module")
-def bridge_py() -> Path:
-    """The Bridge environment (built once, cached); skips naming why it cannot be built."""
-    return require_bridge_env()
+def runs(bridge_sample_runs: dict[str, Path]) -> dict[str, Path]:
+    """trainer -> the sample release's output with that trainer (a session fixture: tests/conftest.py)."""
+    return bridge_sample_runs
 
 
 @pytest.fixture(scope="module")
-def runs(
-    bridge_py: Path, prefect_harness: None, sample_release: Path, tmp_path_factory: Any
-) -> dict[str, Path]:
-    """The sample release run with each Bridge trainer; trainer -> output folder."""
-    base = tmp_path_factory.mktemp("bridge-fed")
-    out: dict[str, Path] = {}
-    for trainer in MODELS:
-        cfg = RunConfig(
-            **TRAINERS[trainer],
-            release=str(sample_release),
-            out=str(base / trainer),
-            subsets=SUBSETS,
-            max_reject_rate=0.9,
-            num_cpus=2,
-            skip_gate=True,  # the gate is covered by the pipeline tests
-        )
-        summary = run_flow(cfg)
-        assert summary.failed == [], [(s.gate, s.error) for s in summary.subsets]
-        out[trainer] = base / trainer
-    return out
-
-
-@pytest.fixture(scope="module")
-def probed(runs: dict[str, Path]) -> Probed:
-    """trainer -> key -> what Bridge's encoder did with the published sample (one probe process)."""
-    return probe_runs({trainer: (MODELS[trainer], out) for trainer, out in runs.items()})
+def probed(bridge_probed: dict[str, Probed]) -> Probed:
+    """trainer -> key -> what Bridge's encoder did with the published sample (the session's one probe)."""
+    return bridge_probed["sample"]
 
 
 @pytest.mark.parametrize("trainer", list(MODELS))

@@ -16,7 +16,6 @@ published sample, and the manifests' fed and checked token counts must be its ow
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,37 +31,19 @@ from bridge_checks import (
     token_mismatches,
 )
 from bridge_fed_checks import (
-    MODELS,
     check_mismatches,
     cut_mismatches,
     fed_mismatches,
     layout_mismatches,
-    probe_runs,
-    require_bridge_env,
 )
+from bridge_runs import LAYOUTS, QWEN3_TRAINER, TRAINER
 from bridge_wheel import BridgeData
-from conftest import run_flow
 
-from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.trainers import TRAINERS
 from vlmforge.tasks.ops.query import run_query
 from vlmforge.tasks.publish.splits import metadataset_val_problem
 
-# The layout replicas are the staging tests' own (tests/catalog is on sys.path when pytest collects it too).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "catalog"))
-from test_sources import LLAVA_CONFIG, build_infovqa, build_llava_video, build_mantis  # noqa: E402
-
 pytestmark = pytest.mark.slow
-
-TRAINER = "bridge-qwen2.5-vl"
-QWEN3_TRAINER = "bridge-qwen3-vl"
-# --format -> (--config, the subset it publishes, its ok samples: see the builders; Mantis' 12-image row is
-# dropped by the trainer's --max-num-images 10, as Bridge's encoder skips it)
-LAYOUTS = {
-    "mantis": ("nlvr2", "nlvr2", 2),
-    "infovqa": ("train", "infovqa_train", 2),
-    "llava_video": (LLAVA_CONFIG, LLAVA_CONFIG, 2),
-}
 
 
 @pytest.fixture(scope="module")
@@ -72,50 +53,17 @@ def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeData]:
         yield data
 
 
-def _run_layouts(trainer: str, base: Path, releases: dict[str, Path]) -> Path:
-    """Each layout's replica run with ``--trainer TRAINER`` into one output folder."""
-    out = base / f"out-{trainer}"
-    for fmt, (config, subset, _) in LAYOUTS.items():
-        cfg = RunConfig(
-            **TRAINERS[trainer],
-            release=str(releases[fmt]),
-            out=str(out),
-            source_format=fmt,
-            source_configs=(config,),
-            max_reject_rate=0.6,
-            batch_lines=3,
-            num_cpus=2,
-            skip_gate=True,  # the gate is covered over the sample release and the staging tests
-        )
-        summary = run_flow(cfg)
-        assert summary.failed == [], (trainer, fmt, [(s.gate, s.error) for s in summary.subsets])
-        assert [s.subset for s in summary.subsets] == [subset]
-    return out
+@pytest.fixture(scope="module")
+def layouts_run(bridge: BridgeData, bridge_layout_runs: dict[str, Path]) -> Path:
+    """Each layout's replica staged and run with ``--trainer bridge-qwen2.5-vl`` into one output folder (a
+    session fixture: tests/conftest.py, tests/training/bridge_runs.py)."""
+    return bridge_layout_runs[TRAINER]
 
 
 @pytest.fixture(scope="module")
-def replicas(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
-    """The three layouts' replicas, built once for both trainers."""
-    base = tmp_path_factory.mktemp("bridge-layouts")
-    return base, {
-        "mantis": build_mantis(base / "Mantis-Instruct"),
-        "infovqa": build_infovqa(base / "InfoVQA"),
-        "llava_video": build_llava_video(base / "LLaVA-Video-178K", base / "videos"),
-    }
-
-
-@pytest.fixture(scope="module")
-def layouts_run(bridge: BridgeData, prefect_harness: None, replicas: tuple[Path, dict[str, Path]]) -> Path:
-    """Each layout's replica staged and run with ``--trainer bridge-qwen2.5-vl`` into one output folder."""
-    return _run_layouts(TRAINER, *replicas)
-
-
-@pytest.fixture(scope="module")
-def qwen3_layouts_run(
-    bridge: BridgeData, prefect_harness: None, replicas: tuple[Path, dict[str, Path]]
-) -> Path:
+def qwen3_layouts_run(bridge: BridgeData, bridge_layout_runs: dict[str, Path]) -> Path:
     """The same replicas run with ``--trainer bridge-qwen3-vl`` (its fed path differs most on videos)."""
-    return _run_layouts(QWEN3_TRAINER, *replicas)
+    return bridge_layout_runs[QWEN3_TRAINER]
 
 
 @pytest.fixture(scope="module")
@@ -158,14 +106,12 @@ def test_every_layouts_visual_tokens_equal_the_qwen_vl_encoders_count(
 
 
 @pytest.fixture(scope="module")
-def fed_probe(layouts_run: Path, qwen3_layouts_run: Path) -> dict[str, dict[str, dict[str, Any]]]:
+def fed_probe(
+    bridge_probed: dict[str, dict[str, dict[str, dict[str, Any]]]],
+) -> dict[str, dict[str, dict[str, Any]]]:
     """trainer -> key -> what Bridge's real QwenVLTaskEncoder (encode_sample, batch) did with each published
-    sample, both trainers' outputs in one probe process (issue 32; skips naming why the Bridge environment
-    cannot be built)."""
-    require_bridge_env()
-    return probe_runs(
-        {TRAINER: (MODELS[TRAINER], layouts_run), QWEN3_TRAINER: (MODELS[QWEN3_TRAINER], qwen3_layouts_run)}
-    )
+    sample (issue 32): the session's one probe process over every Bridge test output."""
+    return bridge_probed["layouts"]
 
 
 @pytest.mark.parametrize("trainer", [TRAINER, QWEN3_TRAINER])
