@@ -3,11 +3,16 @@
 - an ``--out`` (or ``--store``) that is or lies inside the release is refused before any service starts:
   one line, exit 2, the release byte-identical and OUT never created (every pairing, both directions, and
   the media roots: ``tests/flows/test_overlap.py``);
+- a recipe with a key given twice is refused by ``vlmforge recipe check`` and by ``vlmforge run``, naming the
+  key, both lines and the file, exit 2, before any service starts;
 - one real run (embedded Prefect and Ray, loopback upstream) over a release holding release tars whose
-  headers lie (a 100 GB and a 2**60-byte member in 2.5 KB tars) and a recipe whose ``match`` backtracks
-  catastrophically against a 3,000-character reference, with ``--fetch-batch-timeout 30``: the run ends in
-  bounded time and memory, every lying row is its own reject with its reason (``truncated``,
-  ``match_budget``), the honest rows are published, and nothing outside OUT is written or deleted.
+  headers lie (a 100 GB and a 2**60-byte member in 2.5 KB tars), a recipe whose ``match`` backtracks
+  catastrophically against a 3,000-character reference, and a host that answers 429 with a ``Retry-After``
+  past the batch deadline, with ``--fetch-batch-timeout 30``: the run ends in bounded time and memory, every
+  lying row is its own reject with its reason (``truncated``, ``match_budget``), the host's waiting
+  references carry its ``http_429`` (not sent, not ``timeout``), the honest rows are published, nothing
+  outside OUT is written or deleted, and a good subset an earlier run published into the same OUT is byte
+  for byte as it was.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from http_fixture import HttpFixture
+from earlier_subsets import assert_published, published_files
+from http_fixture import Fault, HttpFixture
 from PIL import Image
 from planted_values import short_scratch
 
@@ -198,44 +204,127 @@ def test_an_output_overlapping_an_input_is_refused_before_start_up(
     print(f"{words.format(rel='REL', top='TOP')}: refused in {seconds:.2f} s")
 
 
-# ------------------------------------------------------- items 3 and 6: lying tars, a backtracking regex
+# ------------------------------------------------------------------ item 7: a key given twice in a recipe
+
+DUP_RECIPE = (
+    "subset: docvqa\nlicense: MIT\nsources:\n  - kind: http_files\n"
+    "    url: https://mirror.example/{ref}\n    url: https://other.example/{ref}\n"
+)
+DUP_WORDS = "refused: line 6: duplicate key 'url' (first at line 5)"
+
+
+def test_recipe_check_refuses_a_key_given_twice(tmp_path: Path) -> None:
+    path = tmp_path / "docvqa.yaml"
+    path.write_text(DUP_RECIPE)
+    cmd = [sys.executable, "-m", "vlmforge.flows.cli", "recipe", "check", str(path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PREFLIGHT_BOUND_S)
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    assert proc.returncode == 2, lines
+    # the CLI's own errors add the one hint line (flows/cli.py main), as for every other command
+    assert lines == [f"error: {path}: {DUP_WORDS}: keep one", "(set VLMFORGE_DEBUG=1 for the traceback)"]
+
+
+def test_a_run_with_a_key_given_twice_in_a_recipe_is_refused_before_start_up(
+    overlap_release: Path, scratch: Path, tmp_path: Path
+) -> None:
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    (recipes / "docvqa.yaml").write_text(DUP_RECIPE)
+    before = tree(overlap_release.parent)
+    args = [str(overlap_release), "--out", str(tmp_path / "out"), "--recipes", str(recipes)]
+    code, text, seconds, _ = vlmforge_run(args, scratch, tmp_path / "log", PREFLIGHT_BOUND_S)
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert code == 2, text[-3000:]
+    assert lines == [f"error: {recipes / 'docvqa.yaml'}: {DUP_WORDS}: keep one"], lines  # no "Ray:" line
+    assert not (tmp_path / "out").exists() and tree(overlap_release.parent) == before
+    assert seconds < PREFLIGHT_BOUND_S
+    print(f"duplicate recipe key: refused in {seconds:.2f} s")
+
+
+# --------------------------------- items 3, 6 and 7: lying tars, a backtracking regex, a Retry-After
+
+
+GOOD = "good_earlier"  # published by a run before the hostile one, into the same OUT
+HOSTILE = ("liar_tars", "evil_match", "retry_after")
+RETRY_AFTER_S = "600"  # far past the 30 s batch deadline
+WAITING = [f"wait/{i}.jpg" for i in range(4)]
+
+
+def text_row(i: int) -> str:
+    turns = [{"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "Hi."}]
+    return json.dumps({"id": f"r-{i}", "messages": turns})
 
 
 @pytest.fixture(scope="module")
 def hostile_run(
     prefect_harness: None, tmp_path_factory: pytest.TempPathFactory, scratch: Path
 ) -> Iterator[dict[str, Any]]:
-    """One real run over every hostile release case of this module, on the local executor (the run's tasks
-    in its own process: its peak RSS is the whole run's) and the session's Prefect server."""
+    """A run of one good subset, then one real run over every hostile release case of this module into the
+    same OUT (``--subset`` each, the good one not listed), both on the local executor (the run's tasks in its
+    own process: its peak RSS is the whole run's) and the session's Prefect server."""
     from vlmforge.flows.runtime import configured_api_url
 
     base = tmp_path_factory.mktemp("hostile42")
     release, out, recipes = base / "release", base / "out", base / "recipes"
+    good = write_subset(release, GOOD, ["img/g0.jpg", "img/g1.jpg"])
+    for i in range(2):
+        (good / "img").mkdir(exist_ok=True)
+        (good / "img" / f"g{i}.jpg").write_bytes(jpeg(20 + i))
     tars = write_subset(
         release, "liar_tars", ["img/a.jpg", "img/lie100g.jpg", "img/b.jpg", "img/lie2e60.jpg"]
     )
     lying_tar(tars / "media" / "shard_000000.tar", "img/a.jpg", "img/lie100g.jpg", 100 * GB)
     lying_tar(tars / "media" / "shard_000001.tar", "img/b.jpg", "img/lie2e60.jpg", 2**60)
     write_subset(release, "evil_match", ["img/ok.jpg", LONG_REF])
+    # every reference of this host answers 429 + Retry-After; one request at a time to it (max_concurrency),
+    # so the first answer pauses the host while the others wait for their turn; a text-only row is published
+    waiting = write_subset(release, "retry_after", WAITING)
+    with (waiting / "retry_after.jsonl").open("a") as handle:
+        handle.write(text_row(len(WAITING)) + "\n")
     recipes.mkdir()
-    with HttpFixture() as srv:
+    common = ["--out", str(out), "--recipes", str(recipes), "--skip-gate", "--num-cpus", "1"]
+    common += ["--max-reject-rate", "0.9", "--fetch-batch-timeout", "30", "--executor", "local"]
+    api = configured_api_url()
+    code, text, _, _ = vlmforge_run(
+        [str(release), *common, "--subset", GOOD], scratch, base / "console-good.log", RUN_TIMEOUT_S, api
+    )
+    assert code == 0, text[-4000:]
+    earlier = published_files(out, GOOD)
+    # a second loopback address: the host table is keyed by host name, so the pause stays on this host
+    with HttpFixture() as srv, HttpFixture(host="127.0.0.2") as busy:
         srv.add("/img/ok.jpg", jpeg(7))
         url = srv.url("/{ref}")
         (recipes / "evil_match.yaml").write_text(
             "subset: evil_match\nlicense: MIT\nsources:\n"
-            f"  - kind: http_files\n    url: '{url}'\n    match: '{EVIL}'\n"
-            f"  - kind: http_files\n    url: '{url}'\n"
+            f"  - kind: http_files\n    url: '{url}'\n    match: '{EVIL}'\n    allow_private: true\n"
+            f"  - kind: http_files\n    url: '{url}'\n    allow_private: true\n"
+        )
+        for ref in WAITING:
+            busy.add(f"/{ref}", jpeg(9), Fault("429", retry_after=RETRY_AFTER_S))
+        (recipes / "retry_after.yaml").write_text(
+            "subset: retry_after\nlicense: MIT\nsources:\n"
+            f"  - kind: http_files\n    url: '{busy.url('/{ref}')}'\n    max_concurrency: 1\n"
+            "    allow_private: true\n"
         )
         before = tree(base)
-        args = [str(release), "--out", str(out), "--recipes", str(recipes), "--skip-gate", "--num-cpus", "1"]
-        args += ["--max-reject-rate", "0.9", "--fetch-batch-timeout", "30", "--executor", "local"]
+        subsets = [a for name in HOSTILE for a in ("--subset", name)]
         code, text, seconds, peak_mb = vlmforge_run(
-            args, scratch, base / "console.log", RUN_TIMEOUT_S, configured_api_url()
+            [str(release), *common, *subsets], scratch, base / "console.log", RUN_TIMEOUT_S, api
         )
+        sent = {ref: len(busy.requests(f"/{ref}")) for ref in WAITING}
     after = tree(base)
-    outside = {k for k in set(before) | set(after) if not k.startswith("out/") and k != "console.log"}
+    outside = {k for k in set(before) | set(after) if not k.startswith(("out/", "console"))}
     changed = sorted(k for k in outside if before.get(k) != after.get(k))
-    yield {"code": code, "text": text, "seconds": seconds, "peak_mb": peak_mb, "out": out, "changed": changed}
+    yield {
+        "code": code,
+        "text": text,
+        "seconds": seconds,
+        "peak_mb": peak_mb,
+        "out": out,
+        "changed": changed,
+        "earlier": earlier,
+        "sent": sent,
+    }
 
 
 def rows(out: Path, sql: str) -> list[dict[str, Any]]:
@@ -295,3 +384,33 @@ def test_a_backtracking_match_rejects_its_reference_within_the_batch_deadline(
     assert evil["fetch_status"] == "match_budget" and "budget" in evil["fetch_detail"], evil
     samples = rows(out, "SELECT status, count(*) AS n FROM samples WHERE subset = 'evil_match' GROUP BY ALL")
     assert sorted((r["status"], r["n"]) for r in samples) == [("ok", 1), ("rejected", 1)], samples
+
+
+def test_a_hosts_retry_after_is_not_charged_to_its_waiting_references_as_timeouts(
+    hostile_run: dict[str, Any],
+) -> None:
+    out = hostile_run["out"]
+    got = {
+        r["ref"]: r
+        for r in rows(
+            out, "SELECT ref, status, fetch_status, fetch_detail FROM media WHERE subset = 'retry_after'"
+        )
+    }
+    assert sorted(got) == WAITING, got
+    assert all(r["fetch_status"] == "http_429" for r in got.values()), got  # none a `timeout`
+    held = [ref for ref, r in got.items() if "not sent" in (r["fetch_detail"] or "")]
+    assert held, got  # the host's pause reached the references waiting for their turn...
+    for ref in held:
+        assert "asked every request to wait" in got[ref]["fetch_detail"], got[ref]
+        assert hostile_run["sent"][ref] == 0, hostile_run["sent"]  # ...and they were left unsent
+    samples = rows(out, "SELECT status, count(*) AS n FROM samples WHERE subset = 'retry_after' GROUP BY ALL")
+    assert sorted((r["status"], r["n"]) for r in samples) == [("ok", 1), ("rejected", len(WAITING))], samples
+
+
+def test_an_earlier_good_subset_in_the_same_out_is_byte_identical_afterwards(
+    hostile_run: dict[str, Any],
+) -> None:
+    assert_published(hostile_run["earlier"], GOOD)
+    assert published_files(hostile_run["out"], GOOD) == hostile_run["earlier"]
+    listed = rows(hostile_run["out"], "SELECT subset FROM subsets")
+    assert sorted(r["subset"] for r in listed) == sorted([GOOD, *HOSTILE]), listed
