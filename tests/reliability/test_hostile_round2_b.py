@@ -3,7 +3,10 @@ release with a subset per case, one run for the module. Pixel bombs under the he
 image 20,000 times, a recipe on the loopback / metadata address it does not declare, a ``local`` root of
 ``/etc``, a JSON body where media was expected, a token echoed back percent-encoded and upper-cased by a
 redirect to another port. Each row ends with its reason, nothing of a refused source is stored or quoted, the
-run is bounded in time and memory. Files and servers are built here, on loopback only."""
+run is bounded in time and memory. Before it, a ``--format infovqa`` run into the same OUT over a replica of
+InfoVQA in which one ``.parquet`` file is an HTML page: that file is one reject with a one-line reason, the
+other rows are published, and what that earlier run published is byte for byte the same after the hostile
+run. Files and servers are built here, on loopback only."""
 
 from __future__ import annotations
 
@@ -21,7 +24,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from earlier_subsets import assert_published, published_files
 from http_fixture import Fault, HttpFixture
 from PIL import Image
 
@@ -80,6 +86,43 @@ def _subset(root: Path, name: str, rows: list[list[str]], files: dict[str, bytes
     (folder / f"{name}.jsonl").write_text("".join(json.dumps(_row(i, r)) + "\n" for i, r in enumerate(rows)))
 
 
+NOT_PARQUET = "train-00001-of-00002.parquet"
+EARLIER = ("infovqa_train", "infovqa_validation")  # published by the --format run before the hostile one
+HOSTILE = ("bombs", "metadata", "etc_root", "json_body", "token_echo")
+
+
+def _noise_jpeg(seed: int) -> bytes:
+    buf = io.BytesIO()
+    Image.effect_noise((96, 72), 40 + seed).convert("RGB").save(buf, "JPEG", quality=90)
+    return buf.getvalue()
+
+
+def infovqa_with_a_page(root: Path) -> Path:
+    """An InfoVQA layout (``data/<split>-0000N-of-0000M.parquet``, image bytes in each row): two good train
+    rows, a second train file that is an HTML page saved as ``.parquet``, one validation row."""
+    data = root / "data"
+    data.mkdir(parents=True)
+    schema = pa.schema(
+        [
+            ("questionId", pa.int64()),
+            ("question", pa.string()),
+            ("answer", pa.string()),
+            ("image", pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
+        ]
+    )
+
+    def rows(ids: range) -> pa.Table:
+        image = [{"bytes": _noise_jpeg(i), "path": f"info_{i}.jpg"} for i in ids]
+        table = {"questionId": list(ids), "question": ["What is shown?"] * len(ids)}
+        table |= {"answer": ["Noise."] * len(ids), "image": image}
+        return pa.Table.from_pydict(table, schema=schema)
+
+    pq.write_table(rows(range(1, 3)), data / "train-00000-of-00002.parquet")
+    (data / NOT_PARQUET).write_bytes(b"<html><body>rate limited</body></html>\n" * 40)
+    pq.write_table(rows(range(3, 4)), data / "validation-00000-of-00001.parquet")
+    return root
+
+
 def _recipe(recipes: Path, subset: str, source: dict[str, Any]) -> None:
     recipes.joinpath(f"{subset}.yaml").write_text(
         json.dumps({"subset": subset, "license": "MIT", "sources": [source]})  # JSON is YAML
@@ -88,8 +131,9 @@ def _recipe(recipes: Path, subset: str, source: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="module")
 def run(prefect_harness: None) -> Iterator[dict[str, Any]]:
-    """One real run over every case of the module, on the local executor (its decodes in the run's own
-    process, whose peak RSS is measured) and the session's Prefect server."""
+    """A ``--format infovqa`` run, then one real run over every hostile case of the module into the same OUT
+    (``--subset`` each), both on the local executor (the decodes in the run's own process, whose peak RSS is
+    measured) and the session's Prefect server."""
     from vlmforge.flows.runtime import configured_api_url
 
     root = Path(tempfile.mkdtemp(prefix="vfr2b-"))
@@ -142,9 +186,17 @@ def run(prefect_harness: None) -> Iterator[dict[str, Any]]:
                 "PREFECT_API_URL": str(configured_api_url()),
                 "VF_R2B_TOKEN": TOKEN,
             }
-            cmd = [sys.executable, "-m", "vlmforge.flows.cli", "run", str(release), "--out", str(out)]
-            cmd += ["--recipes", str(recipes), "--skip-gate", "--num-cpus", "1", "--max-reject-rate", "1.0"]
-            cmd += ["--env-allow", "VF_R2B_TOKEN", "--executor", "local"]
+            common = ["--out", str(out), "--skip-gate", "--num-cpus", "1", "--max-reject-rate", "1.0"]
+            common += ["--executor", "local"]
+            # 7. an earlier run into the same OUT: a --format source with a .parquet that is not Parquet
+            infovqa = infovqa_with_a_page(root / "InfoVQA")
+            cmd = [sys.executable, "-m", "vlmforge.flows.cli", "run", str(infovqa), "--format", "infovqa"]
+            cmd += ["--config", "train", "--config", "validation", *common]
+            layout = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=RUN_TIMEOUT_S)
+            earlier = {name: published_files(out, name) for name in EARLIER}
+            cmd = [sys.executable, "-m", "vlmforge.flows.cli", "run", str(release), *common]
+            cmd += ["--recipes", str(recipes), "--env-allow", "VF_R2B_TOKEN"]
+            cmd += [a for name in HOSTILE for a in ("--subset", name)]
             t0 = time.monotonic()
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=RUN_TIMEOUT_S)
             seconds = time.monotonic() - t0
@@ -156,6 +208,8 @@ def run(prefect_harness: None) -> Iterator[dict[str, Any]]:
                 "peak_kb": peak_kb,
                 "srv": srv,
                 "other": other,
+                "layout": layout,
+                "earlier": earlier,
             }
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -237,3 +291,35 @@ def test_recipe_check_refuses_fsspec_chaining(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "vlmforge.flows.cli", "recipe", "check", str(path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "chains fsspec protocols" in proc.stdout + proc.stderr
+
+
+def test_a_parquet_file_that_is_not_parquet_is_its_own_reject_and_the_other_rows_are_published(
+    run: dict[str, Any],
+) -> None:
+    layout = run["layout"]
+    said = layout.stdout + layout.stderr
+    assert layout.returncode == 0, said[-4000:]
+    assert "Traceback" not in said and "ArrowInvalid" not in said, said[-4000:]  # was 130 lines of it
+    got = {
+        r["sample_id"]: r
+        for r in _query(
+            run["out"], "SELECT subset, sample_id, status, reason FROM samples WHERE subset LIKE 'infovqa_%'"
+        )
+    }
+    bad = got.pop(f"unreadable:{NOT_PARQUET}")
+    assert bad["subset"] == "infovqa_train" and bad["status"] == "rejected", bad
+    assert bad["reason"].startswith(f"unreadable_source: {NOT_PARQUET}: not a readable Parquet file ("), bad
+    assert "\n" not in bad["reason"] and len(bad["reason"]) < 600, bad["reason"]
+    assert sorted((r["subset"], r["status"]) for r in got.values()) == [
+        ("infovqa_train", "ok"),
+        ("infovqa_train", "ok"),
+        ("infovqa_validation", "ok"),
+    ], got
+
+
+def test_what_an_earlier_run_published_in_the_same_out_is_byte_identical_afterwards(
+    run: dict[str, Any],
+) -> None:
+    for name in EARLIER:
+        assert_published(run["earlier"][name], name)
+        assert published_files(run["out"], name) == run["earlier"][name], name
