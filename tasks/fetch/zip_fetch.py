@@ -17,7 +17,10 @@ from .outcomes import Answer, Answers
 from .ranges import FsRangeSource, HttpRangeSource, RangeSource
 from .zip_format import ZipEntry, ZipIndex, check_zip_entry, plan_ranges, read_zip_group, read_zip_index
 
-_ZIP_CACHE: dict[str, ZipIndex] = {}
+# Keyed by the store as well as the URL: a process may serve runs into several stores (the local executor's
+# driver, a test session), and a central directory found in memory would never be recorded in the next one
+# (its `catalog --estimate` then read the zip's tail again).
+_ZIP_CACHE: dict[tuple[str, str], ZipIndex] = {}
 _ZIP_CACHE_LOCK = threading.Lock()
 _ZIP_CACHE_MAX = 8
 
@@ -104,8 +107,9 @@ def range_source(
 
 def zip_index(store: ContentStore, url: str, source: RangeSource) -> ZipIndex:
     """The central directory of the zip at ``url``: from memory, from the store, or read (and kept)."""
+    cache_key = (store.fs.unstrip_protocol(store.root), url)
     with _ZIP_CACHE_LOCK:
-        index = _ZIP_CACHE.get(url)
+        index = _ZIP_CACHE.get(cache_key)
     if index is not None:
         return index
     key = f"zip-central-directory:{redact(url)}"  # recorded in the store: no credentials
@@ -126,7 +130,7 @@ def zip_index(store: ContentStore, url: str, source: RangeSource) -> ZipIndex:
     with _ZIP_CACHE_LOCK:
         if len(_ZIP_CACHE) >= _ZIP_CACHE_MAX:
             _ZIP_CACHE.pop(next(iter(_ZIP_CACHE)))
-        _ZIP_CACHE[url] = index
+        _ZIP_CACHE[cache_key] = index
     return index
 
 

@@ -27,7 +27,11 @@ def test_waiting_references_carry_the_hosts_answer_not_a_timeout(srv: HttpFixtur
         srv.add(f"/h/{n}", b"\xff\xd8\xff" + n.encode())
     http = HttpOptions(retries=2, backoff_base=0.01, seed=1)
     recipe = parse_recipe(
-        {"subset": "s", "license": "MIT", "sources": [{"kind": "http_files", "url": srv.url("/h/{name}")}]}
+        {
+            "subset": "s",
+            "license": "MIT",
+            "sources": [{"kind": "http_files", "url": srv.url("/h/{name}"), "allow_private": True}],
+        }
     )
     t0 = time.monotonic()
     res = fetch_batch(

@@ -141,7 +141,10 @@ def test_ctrl_c_cancels_the_run_and_the_next_run_resumes(
     if how == "SIGTERM":
         return  # the rerun resumes the same way (Ctrl-C's case below)
 
-    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    # the resume's subject is what the interrupted run left, not Ray: the local executor
+    again = subprocess.run(
+        [*cmd, "--executor", "local"], env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+    )
     log = again.stdout + again.stderr
     assert again.returncode in (0, 1), log[-4000:]  # 1: the sample release holds a subset meant to fail
     assert "Traceback" not in log, log[-4000:]
