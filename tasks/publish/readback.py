@@ -22,6 +22,7 @@ from __future__ import annotations
 import gc
 import json
 import tempfile
+import threading
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,6 +35,10 @@ from .index_check import check_index
 from .media_check import media_problems
 
 __all__ = ["validate_energon_dataset"]
+
+# megatron-energon keeps the active WorkerConfig process-wide (and asserts there is one at a time): two
+# threads reading datasets at once (the local executor's read-backs) fail with a bare AssertionError.
+_ENERGON_READS = threading.Lock()
 
 
 class _ErrorLog:
@@ -209,15 +214,23 @@ def _gc_frozen() -> Iterator[None]:
 
 def _read_split(reading: _Reading, split: str) -> list[str]:
     """Keys of the cooked samples of ``split`` in read order (media parts recorded in the report)."""
-    from megatron.energon import WorkerConfig, get_loader, get_val_dataset
+    from megatron.energon import WorkerConfig
 
-    from ...energon import ChatSample
-
-    report, limit = reading.report, reading.sample_limit
     worker_config = WorkerConfig(
         rank=0, world_size=1, num_workers=reading.num_workers, global_error_handler=reading.error_log
     )
     keys: list[str] = []
+    with _ENERGON_READS:
+        _load_split(reading, split, worker_config, keys)
+    return keys
+
+
+def _load_split(reading: _Reading, split: str, worker_config: Any, keys: list[str]) -> None:
+    from megatron.energon import get_loader, get_val_dataset
+
+    from ...energon import ChatSample
+
+    report, limit = reading.report, reading.sample_limit
     try:
         # each format names its own reader: the bridge format is read without megatron.bridge installed
         fmt = format_of_dataset(reading.path)
@@ -243,7 +256,6 @@ def _read_split(reading: _Reading, split: str) -> list[str]:
                     break
     except Exception as exc:  # loader-level failure (missing split, unreadable shard, fatal sample errors)
         report.add(f"split {split!r}: loading failed: {type(exc).__name__}: {exc}")
-    return keys
 
 
 def _compare(
