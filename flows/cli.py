@@ -6,6 +6,7 @@ its traceback (set ``VLMFORGE_DEBUG=1`` to see tracebacks for our errors too).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -115,7 +116,8 @@ def run(
                 summary = run_release.with_options(task_runner=runner)(cfg)
     from .progress_view import process_seconds
 
-    summary.seconds = process_seconds()  # what the user waited, start-up included
+    flow_seconds, summary.seconds = summary.seconds, process_seconds()  # what the user waited, start-up too
+    _record_outside(cfg, summary.run_id, summary.seconds - flow_seconds)
     print_summary(summary)
     from .run_banner import after_run_lines
 
@@ -135,6 +137,16 @@ def run(
         )
     if summary.failed or summary.unreadable:
         raise typer.Exit(1)
+
+
+def _record_outside(cfg: Any, run_id: str, seconds: float) -> None:
+    """The run's time outside its flow (start-up, the summary), in its ``runs`` rows: the estimate's start-up
+    (never fails the run: it is a measurement)."""
+    from ..tasks.ops import write_outside_time
+    from .executors import executor_cpus
+
+    with contextlib.suppress(Exception):
+        write_outside_time(cfg.out, run_id, seconds, executor_cpus(cfg.execution))
 
 
 def _note(line: str) -> None:

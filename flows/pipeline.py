@@ -397,6 +397,18 @@ def _validate_finished(
         run.logger.warning("validation of %s: %s", o.subset, o.validation)
 
 
+def _quality_markdown(run: _Run, summary: RunSummary) -> str:
+    """The quality artifact: the run's Data Docs, built and linked (none when no gate ran)."""
+    if summary.subsets and all(o.unchanged for o in summary.subsets):
+        return (
+            f"# Quality gate of run {run.run_id}\n\nEvery subset is unchanged since its last publish: "
+            f"no gate ran, the earlier verdicts stand (`vlmforge quality {run.layout.out}`).\n"
+        )
+    served = served_docs_url(run.layout.out, run.run_id, configured_api_url())  # `vlmforge server --docs OUT`
+    result: str = quality_docs_task.submit(run.layout.out, run.run_id, served).result()
+    return result
+
+
 def _report(
     run: _Run, given: RunConfig, summary: RunSummary, entries: list[SubsetEntry], previous: dict[str, Any]
 ) -> None:
@@ -405,6 +417,8 @@ def _report(
     for o in summary.subsets:
         row = catalog_columns(by_name[o.subset], previous.get(o.subset), run_id=run.run_id)
         write_subsets_row(run.layout, row | _outcome_columns(o, given))
+    quality = _quality_markdown(run, summary)
+    # the Data Docs are built before the clock stops: the run's time (the estimate's rates) includes them
     summary.seconds = time.perf_counter() - run.t0
     rows = sum(o.stats.lines for o in summary.subsets)
     run.times.append(StageTime(RUN_WIDE, "run", summary.seconds, rows, "rows"))
@@ -423,14 +437,6 @@ def _report(
         markdown=summary_markdown(summary),
         description=f"per-subset counts and tokens of run {rid}",
     )
-    served = served_docs_url(run.layout.out, rid, configured_api_url())  # a `vlmforge server --docs OUT`
-    if summary.subsets and all(o.unchanged for o in summary.subsets):  # no gate ran: no Data Docs to build
-        quality = (
-            f"# Quality gate of run {rid}\n\nEvery subset is unchanged since its last publish: no gate ran, "
-            f"the earlier verdicts stand (`vlmforge quality {run.layout.out}`).\n"
-        )
-    else:
-        quality = quality_docs_task.submit(run.layout.out, rid, served).result()
     create_markdown_artifact(
         key="vlmforge-quality",
         markdown=quality,

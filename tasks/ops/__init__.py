@@ -10,6 +10,7 @@ from .estimate import (
     footnotes,
     parse_bandwidth,
     versus_actual,
+    versus_hours,
     versus_table,
 )
 from .mix.output import format_mix, write_mix
@@ -21,7 +22,13 @@ from .sample_release.sample_build import build_sample_release
 from .sample_release.shaped import build_shaped_release
 from .stats.compute import StatsReport
 from .stats.page import write_stats_report
-from .stats.stage_times import RUN_WIDE, StageTime, batch_stage_times, write_stage_times
+from .stats.stage_times import (
+    RUN_WIDE,
+    StageTime,
+    batch_stage_times,
+    write_outside_time,
+    write_stage_times,
+)
 
 __all__ = [
     "EstimateOptions",
@@ -49,8 +56,10 @@ __all__ = [
     "run_query",
     "text_rows",
     "versus_actual",
+    "versus_hours",
     "versus_table",
     "write_mix",
+    "write_outside_time",
     "write_stage_times",
     "write_stats_report",
 ]

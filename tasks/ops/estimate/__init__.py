@@ -7,7 +7,7 @@ them, with the other operations on a release or an output.
 """
 
 from .estimate_config import estimate_config
-from .estimate_report import as_json, as_markdown, estimate_table, footnotes, versus_table
+from .estimate_report import as_json, as_markdown, estimate_table, footnotes, versus_hours, versus_table
 from .hours import parse_bandwidth
 from .release_estimate import Estimate, EstimateOptions, estimate_release
 from .versus import versus_actual
@@ -23,5 +23,6 @@ __all__ = [
     "footnotes",
     "parse_bandwidth",
     "versus_actual",
+    "versus_hours",
     "versus_table",
 ]

@@ -131,6 +131,8 @@ def _subset_row(s: SubsetSizing, seen: _Seen, cores: int, bandwidth: float, rate
         cores=cores,
         bandwidth=bandwidth,
         rates=rates,
+        batches=max(len(s.entry.batch_offsets) - 1, 0),
+        subsets=1,
     )
     row.cpu_hours, row.network_hours, row.disk_hours = hours.cpu, hours.network, hours.disk
     row.hours, row.bottleneck, row.rates = hours.total, hours.bottleneck, rates.source
@@ -179,7 +181,8 @@ def _total(rows: list[EstimateRow], seen: _Seen, cores: int, bandwidth: float, r
         counts[a.kind] = counts.get(a.kind, 0) + 1
     t.sources = " ".join(f"{k}:{n}" for k, n in sorted(counts.items())) or None
     t.disk_method = ",".join(sorted({r.disk_method for r in rows})) or "default"
-    t.hours = max(t.cpu_hours, t.network_hours, t.disk_hours)
+    t.fixed_hours = rates.fixed_hours
+    t.hours = t.fixed_hours + max(t.cpu_hours, t.network_hours, t.disk_hours)
     t.bottleneck = max(
         (("cpu", t.cpu_hours), ("network", t.network_hours), ("disk", t.disk_hours)), key=lambda kv: kv[1]
     )[0]
