@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -65,27 +65,32 @@ class ConfigOption:
         )
 
 
-def run_options(skip: tuple[str, ...] = ()) -> Iterator[ConfigOption]:
-    """Every described field of the run config, in the order of its sub-models."""
+def run_options(skip: tuple[str, ...] = (), only: Collection[str] | None = None) -> Iterator[ConfigOption]:
+    """Every described field of the run config (or those in ``only``), in the order of its sub-models."""
+
+    def wanted(key: str) -> bool:
+        return key not in skip and (only is None or key in only)
+
     for name, field in RunConfig.model_fields.items():
         sub = field.annotation
         if isinstance(sub, type) and issubclass(sub, BaseModel):
             panel = sub.model_config.get("title")
             for key, inner in sub.model_fields.items():
-                if inner.description and key not in skip:
+                if inner.description and wanted(key):
                     yield ConfigOption(key, inner, panel)
-        elif field.description and name not in skip:
+        elif field.description and wanted(name):
             yield ConfigOption(name, field, None)
 
 
-def config_options(skip: tuple[str, ...] = ()) -> Callable[[F], F]:
-    """Decorate a typer command taking ``**options``: it gets one option per described config field (those
-    in ``skip`` are its own parameters), after its own parameters."""
+def config_options(skip: tuple[str, ...] = (), only: Collection[str] | None = None) -> Callable[[F], F]:
+    """Decorate a typer command taking ``**options``: it gets one option per described config field (or per
+    field named in ``only``, e.g. ``RECIPE_OPTIONS``: the same flag on every command that takes it; those in
+    ``skip`` are its own parameters), after its own parameters."""
 
     def wrap(func: F) -> F:
         sig = inspect.signature(func, eval_str=True)  # the module defers annotations (PEP 563)
         own = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-        made = [o.parameter() for o in run_options(skip)]
+        made = [o.parameter() for o in run_options(skip, only)]
         func.__signature__ = sig.replace(parameters=[*own, *made])  # type: ignore[attr-defined]
         return func
 

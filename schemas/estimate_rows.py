@@ -50,6 +50,7 @@ class EstimateRow:
     sample_bodies: int = 0  # media bodies read to measure the out/in ratios (0 with a previous run)
     seconds: float = 0.0  # wall time of this subset's estimate
     fixed_hours: float = 0.0  # _total: a run's start-up and end, whatever it works on
+    missing_why: str | None = None  # the commonest reasons references have no source, with their counts
 
 
 ESTIMATES = arrow_schema(EstimateRow)

@@ -83,7 +83,8 @@ def footnotes(rows: list[EstimateRow]) -> list[str]:
         return []
     settings = json.loads(total.settings or "{}")
     notes = [
-        f"objects: {total.sources or 'none'}; {total.missing:,} references no source answers",
+        f"objects: {total.sources or 'none'}; {total.missing:,} references no source answers"
+        + (f" ({total.missing_why})" if total.missing and total.missing_why else ""),
         f"sizes: {total.bytes_method}; {total.probed:,} objects sized by a request (HEAD, range, listing)",
         f"disk ratios: {total.disk_method}; {total.sample_bodies} media bodies read to measure them",
         f"hours at {settings.get('cores')} cores and "
