@@ -230,9 +230,19 @@ def sample_release(
 
 def _register_commands() -> None:
     # One module per command family keeps this file about `run`; each adds its commands to `app`.
-    from . import cli_catalog, cli_energon, cli_quality, cli_recipe, cli_server, cli_tokens, cli_worker
+    from . import (
+        cli_catalog,
+        cli_energon,
+        cli_quality,
+        cli_recipe,
+        cli_schedule,
+        cli_server,
+        cli_tokens,
+        cli_worker,
+    )
 
-    for module in (cli_catalog, cli_recipe, cli_tokens, cli_energon, cli_quality, cli_server, cli_worker):
+    commands = (cli_catalog, cli_recipe, cli_tokens, cli_energon, cli_quality, cli_server, cli_worker)
+    for module in (*commands, cli_schedule):
         module.register(app)
 
 
