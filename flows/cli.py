@@ -20,6 +20,7 @@ from rich.table import Table
 from ..schemas.tables import TABLES
 from ..tasks.errors import ConfigError, VlmforgeError
 from .cli_options import config_options, with_config_options, with_trainer
+from .narrow_tables import print_whole
 from .one_line_errors import OneLineErrorsGroup
 from .runtime import apply_quiet_env
 
@@ -194,7 +195,7 @@ def query(
             t.add_column(name, overflow="fold")
         for row in text_rows(table):
             t.add_row(*row)
-        console.print(t)
+        print_whole(console, t)
     elif fmt == "json":
         console.print_json(render(table, fmt))
     else:

@@ -17,6 +17,7 @@ from rich.table import Table
 from ..schemas.config import RECIPE_OPTIONS, ExecutionOptions
 from ..tasks.ops import estimate_fields
 from .cli_options import config_options, with_config_options, with_trainer
+from .narrow_tables import print_whole
 
 __all__ = ["register"]
 
@@ -181,7 +182,7 @@ def register(app: typer.Typer) -> None:
                 str(len(e.id_conflicts)),
                 _sources(e.media_sources),
             )
-        console.print(t)
+        print_whole(console, t)
 
     @app.command("refresh", epilog=REFRESH_EXAMPLES)
     @config_options(only=RECIPE_OPTIONS)
@@ -231,7 +232,7 @@ def _print_plan(release: str, out: str, plan: Any) -> None:
     colour = {"rerun": "yellow", "unpublish": "red", "unchanged": "green"}
     for c in sorted(plan.changes, key=lambda c: c.subset):
         t.add_row(c.subset, f"[{colour[c.action]}]{c.action}", "; ".join(c.reasons) or "no upstream change")
-    console.print(t)
+    print_whole(console, t)
 
 
 def _apply(

@@ -29,7 +29,7 @@ class ConfigOption:
         self.name, self.field, self.panel = name, field, panel
         self.flag = str(extra.get("flag") or "--" + name.replace("_", "-"))
         self.short = extra.get("short")
-        self.metavar = str(extra["metavar"]) if extra.get("metavar") else None
+        self.metavar = str(extra["metavar"]) if extra.get("metavar") else _choices_metavar(field.annotation)
         self.shown_default = extra.get("shown_default")
 
     @property
@@ -63,6 +63,15 @@ class ConfigOption:
             default=inspect.Parameter.empty if default is ... else default,
             annotation=Annotated[self.cli_type(), option],
         )
+
+
+def _choices_metavar(annotation: Any) -> str | None:
+    """``<a | b | c>`` for a long list of choices: a help column of 80 wraps it between choices, never inside
+    one (``<processor|bridge_collate>`` was cut as ``bridge_colla te``)."""
+    if typing.get_origin(annotation) is not typing.Literal:
+        return None
+    choices = [str(c) for c in typing.get_args(annotation)]
+    return f"<{' | '.join(choices)}>" if len("|".join(choices)) > 16 else None
 
 
 def run_options(skip: tuple[str, ...] = (), only: Collection[str] | None = None) -> Iterator[ConfigOption]:

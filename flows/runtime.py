@@ -56,6 +56,7 @@ QUIET_ENV = {
     "RAY_AUTH_MODE": "token",
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # Ray's local-only mode: a loopback node IP stays loopback
     "GX_ANALYTICS_ENABLED": "False",
+    "DO_NOT_TRACK": "1",  # Prefect's client (SDK) telemetry and its first-run notice
     "AWS_EC2_METADATA_DISABLED": "true",
 }
 

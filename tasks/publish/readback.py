@@ -23,6 +23,7 @@ import gc
 import json
 import tempfile
 import threading
+import warnings
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,6 +40,11 @@ __all__ = ["validate_energon_dataset"]
 # megatron-energon keeps the active WorkerConfig process-wide (and asserts there is one at a time): two
 # threads reading datasets at once (the local executor's read-backs) fail with a bare AssertionError.
 _ENERGON_READS = threading.Lock()
+# energon's loader asks torch to pin memory; on a machine without an accelerator torch warns on every read
+# (a line of noise in every run's log and `vlmforge validate`): nothing is pinned, nothing is wrong.
+warnings.filterwarnings(
+    "ignore", message="'pin_memory' argument is set as true but no accelerator", category=UserWarning
+)
 
 
 class _ErrorLog:
