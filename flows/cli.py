@@ -6,6 +6,7 @@ its traceback (set ``VLMFORGE_DEBUG=1`` to see tracebacks for our errors too).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -19,6 +20,7 @@ from rich.table import Table
 from ..schemas.tables import TABLES
 from ..tasks.errors import ConfigError, VlmforgeError
 from .cli_options import config_options, with_config_options, with_trainer
+from .narrow_tables import print_whole
 from .one_line_errors import OneLineErrorsGroup
 from .runtime import apply_quiet_env
 
@@ -115,7 +117,8 @@ def run(
                 summary = run_release.with_options(task_runner=runner)(cfg)
     from .progress_view import process_seconds
 
-    summary.seconds = process_seconds()  # what the user waited, start-up included
+    flow_seconds, summary.seconds = summary.seconds, process_seconds()  # what the user waited, start-up too
+    _record_outside(cfg, summary.run_id, summary.seconds - flow_seconds)
     print_summary(summary)
     from .run_banner import after_run_lines
 
@@ -135,6 +138,16 @@ def run(
         )
     if summary.failed or summary.unreadable:
         raise typer.Exit(1)
+
+
+def _record_outside(cfg: Any, run_id: str, seconds: float) -> None:
+    """The run's time outside its flow (start-up, the summary), in its ``runs`` rows: the estimate's start-up
+    (never fails the run: it is a measurement)."""
+    from ..tasks.ops import write_outside_time
+    from .executors import executor_cpus
+
+    with contextlib.suppress(Exception):
+        write_outside_time(cfg.out, run_id, seconds, executor_cpus(cfg.execution))
 
 
 def _note(line: str) -> None:
@@ -182,7 +195,7 @@ def query(
             t.add_column(name, overflow="fold")
         for row in text_rows(table):
             t.add_row(*row)
-        console.print(t)
+        print_whole(console, t)
     elif fmt == "json":
         console.print_json(render(table, fmt))
     else:
@@ -218,9 +231,19 @@ def sample_release(
 
 def _register_commands() -> None:
     # One module per command family keeps this file about `run`; each adds its commands to `app`.
-    from . import cli_catalog, cli_energon, cli_quality, cli_recipe, cli_server, cli_tokens, cli_worker
+    from . import (
+        cli_catalog,
+        cli_energon,
+        cli_quality,
+        cli_recipe,
+        cli_schedule,
+        cli_server,
+        cli_tokens,
+        cli_worker,
+    )
 
-    for module in (cli_catalog, cli_recipe, cli_tokens, cli_energon, cli_quality, cli_server, cli_worker):
+    commands = (cli_catalog, cli_recipe, cli_tokens, cli_energon, cli_quality, cli_server, cli_worker)
+    for module in (*commands, cli_schedule):
         module.register(app)
 
 

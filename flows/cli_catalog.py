@@ -8,14 +8,16 @@ the subsets whose README, license, JSONL or media recipe changed, unpublishing t
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated, Any, get_args
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..schemas.config import ExecutionOptions
+from ..schemas.config import RECIPE_OPTIONS, ExecutionOptions
+from ..tasks.ops import estimate_fields
+from .cli_options import config_options, with_config_options, with_trainer
+from .narrow_tables import print_whole
 
 __all__ = ["register"]
 
@@ -54,23 +56,22 @@ StorageOpt = Annotated[
 
 
 def _catalog(
-    release: str, subsets: list[str] | None, storage_option: list[str] | None, recipes: str | None, batch: int
+    release: str,
+    subsets: list[str] | None,
+    storage_option: list[str] | None,
+    recipes: list[str] | None,
+    batch: int,
 ) -> list[Any]:
-    from ..tasks.catalog import catalog_release, parse_storage_options, recipe_fingerprints_from_dir
+    from ..tasks.catalog import catalog_release, parse_storage_options, with_recipe_fingerprints
 
-    options = parse_storage_options(storage_option)
-    fingerprints = None
-    if recipes:
-        # Named subsets, or every recipe file of the folder (fingerprints of absent subsets are ignored).
-        names = subsets or [p.stem for p in Path(recipes).glob("*.yaml")]
-        fingerprints = recipe_fingerprints_from_dir(recipes, names)
-    return catalog_release(
+    entries = catalog_release(
         release,
         subsets=tuple(subsets or ()),
         batch_lines=batch,
-        storage_options=options,
-        recipe_fingerprints=fingerprints,
+        storage_options=parse_storage_options(storage_option),
     )
+    # each subset's recipe as a run finds it: the first of --recipes, then the shipped ones
+    return with_recipe_fingerprints(entries, recipes or ())
 
 
 def _sources(sources: tuple[str, ...], limit: int = 3) -> str:
@@ -82,16 +83,10 @@ def _sources(sources: tuple[str, ...], limit: int = 3) -> str:
 
 def register(app: typer.Typer) -> None:
     @app.command("catalog", epilog=CATALOG_EXAMPLES)
+    @config_options(only=estimate_fields())
     def catalog(
         ctx: typer.Context,
         release: Annotated[str, typer.Argument(help="release folder or fsspec URL (hf://, s3://, file://)")],
-        subset: Annotated[
-            list[str] | None, typer.Option("--subset", help="only this subset (repeatable)")
-        ] = None,
-        storage_option: StorageOpt = None,
-        recipes: Annotated[
-            str | None, typer.Option(help="folder of <subset>.yaml media recipes (fingerprinted)")
-        ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
         estimate: Annotated[
             bool,
@@ -102,17 +97,7 @@ def register(app: typer.Typer) -> None:
         out: Annotated[
             str | None, typer.Option("--out", "-o", help="--estimate: output folder (store, runs, table)")
         ] = None,
-        store: Annotated[
-            str | None, typer.Option(help="--estimate: content store (default OUT/store)")
-        ] = None,
-        media_root: Annotated[list[str] | None, typer.Option("--media-root", help="as for run")] = None,
         trainer: Annotated[str | None, typer.Option(help="--estimate: as for run")] = None,
-        model: Annotated[str, typer.Option(help="--estimate: as for run")] = "qwen2_5_vl",
-        max_pixels: Annotated[int | None, typer.Option(help="--estimate: as for run")] = None,
-        min_pixels: Annotated[int | None, typer.Option(help="--estimate: as for run")] = None,
-        image_format: Annotated[str, typer.Option(help="--estimate: as for run")] = "keep",
-        video_mode: Annotated[str, typer.Option(help="--estimate: as for run")] = "keep",
-        fetch_per_host: Annotated[int, typer.Option(help="--estimate: requests in flight per host")] = 32,
         cores: Annotated[int, typer.Option(help="--estimate: cores of the run (0: this machine's)")] = 0,
         bandwidth: Annotated[
             str, typer.Option(help="--estimate: network, e.g. 1Gbit, 200Mbit, 50MB")
@@ -124,31 +109,18 @@ def register(app: typer.Typer) -> None:
             int, typer.Option(help="--estimate: objects per subset normalised for the disk ratios (0: none)")
         ] = 8,
         seed: Annotated[int, typer.Option(help="--estimate: seed of the samples")] = 0,
+        **options: Any,
     ) -> None:
         """List a release's subsets: hashes, rows, license, upstream media sources, revision (no media).
-        With --estimate: what a run will fetch, store and take, per subset."""
+        With --estimate: what a run will fetch, store and take, per subset (the run's options, as for run)."""
+        given = with_config_options(options)
         if estimate:
-            from ..tasks.catalog import parse_storage_options
             from .cli_estimate import print_estimate, run_estimate
-            from .cli_options import with_trainer
 
-            options = {
-                "subsets": tuple(subset or ()),
-                "storage_options": parse_storage_options(storage_option),
-                "store": store,
-                "catalogs": (recipes,) if recipes else (),
-                "media_roots": tuple(media_root or ()),
-                "model": model,
-                "max_pixels": max_pixels,
-                "min_pixels": min_pixels,
-                "image_format": image_format,
-                "video_mode": video_mode,
-                "fetch_per_host": fetch_per_host,
-            }
             result = run_estimate(
                 release=release,
                 out=out,
-                options=with_trainer(ctx, trainer, options),
+                options=with_trainer(ctx, trainer, given),
                 probe_sample=probe_sample,
                 decode_sample=decode_sample,
                 seed=seed,
@@ -157,7 +129,9 @@ def register(app: typer.Typer) -> None:
             )
             print_estimate(release, result, as_json)
             return
-        entries = _catalog(release, subset, storage_option, recipes, 2000)
+        entries = _catalog(
+            release, given.get("subsets"), given.get("storage_options"), given.get("catalogs"), 2000
+        )
         if as_json:
             rows = [
                 {
@@ -208,16 +182,13 @@ def register(app: typer.Typer) -> None:
                 str(len(e.id_conflicts)),
                 _sources(e.media_sources),
             )
-        console.print(t)
+        print_whole(console, t)
 
     @app.command("refresh", epilog=REFRESH_EXAMPLES)
+    @config_options(only=RECIPE_OPTIONS)
     def refresh(
         release: Annotated[str, typer.Argument(help="release folder or fsspec URL (the new upstream)")],
         out: Annotated[str, typer.Option("--out", "-o", help="output folder of the earlier run")],
-        storage_option: StorageOpt = None,
-        recipes: Annotated[
-            str | None, typer.Option(help="folder of <subset>.yaml media recipes (fingerprinted)")
-        ] = None,
         license_allow: Annotated[
             list[str] | None,
             typer.Option(help="only subsets under these licenses (SPDX ids or patterns, comma-separated)"),
@@ -229,8 +200,10 @@ def register(app: typer.Typer) -> None:
         executor: Annotated[
             str, typer.Option(help=f"where the reruns' tasks run: {' | '.join(EXECUTOR_NAMES)} (as run's)")
         ] = "ray",
+        **options: Any,
     ) -> None:
-        """Rerun only subsets whose README, license, JSONL or media recipe changed; unpublish removed ones."""
+        """Rerun only subsets whose README, license, JSONL or media recipe changed; unpublish removed ones.
+        The reruns take the last run's options; the recipe options given here replace its."""
         from ..tasks.catalog import parse_license_allow
 
         if executor not in EXECUTOR_NAMES:
@@ -238,6 +211,8 @@ def register(app: typer.Typer) -> None:
                 f"{executor!r} is not one of {', '.join(EXECUTOR_NAMES)}", param_hint="--executor"
             )
         allow = parse_license_allow(license_allow)
+        given = with_config_options(options)
+        storage_option, recipes = given.pop("storage_options", None), given.get("catalogs")
         if dry_run:  # the plan only: no Prefect, no Ray
             from .ops import plan_release_refresh
 
@@ -246,7 +221,8 @@ def register(app: typer.Typer) -> None:
                 release, out, plan_release_refresh(entries, out, allow, retry_unpublished=retry_unpublished)
             )
             return
-        _apply(release, out, storage_option, recipes, allow, retry_unpublished, executor)
+        overrides = {k: tuple(v) for k, v in given.items()} | {"executor": executor}
+        _apply(release, out, storage_option, recipes, allow, retry_unpublished, overrides)
 
 
 def _print_plan(release: str, out: str, plan: Any) -> None:
@@ -256,17 +232,17 @@ def _print_plan(release: str, out: str, plan: Any) -> None:
     colour = {"rerun": "yellow", "unpublish": "red", "unchanged": "green"}
     for c in sorted(plan.changes, key=lambda c: c.subset):
         t.add_row(c.subset, f"[{colour[c.action]}]{c.action}", "; ".join(c.reasons) or "no upstream change")
-    console.print(t)
+    print_whole(console, t)
 
 
 def _apply(
     release: str,
     out: str,
     storage_option: list[str] | None,
-    recipes: str | None,
+    recipes: list[str] | None,
     allow: list[str],
     retry_unpublished: bool,
-    executor: str,
+    overrides: dict[str, Any],
 ) -> None:
     """Run the ``refresh_release`` flow: catalog, plan, unpublish, rerun the changed subsets, metadataset."""
     from ..schemas.config import StorageOptions
@@ -282,10 +258,10 @@ def _apply(
             release,
             out,
             storage_options=StorageOptions(options=options) if options else None,
-            recipes=recipes,
+            recipes=list(recipes or ()),
             license_allow=allow,
             retry_unpublished=retry_unpublished,
-            overrides={"executor": executor},
+            overrides=overrides,
         )
     _print_plan(release, out, result.plan)
     if result.summary is not None:

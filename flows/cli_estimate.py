@@ -57,7 +57,7 @@ def run_estimate(
 
 def print_estimate(release: str, estimate: Any, as_json: bool) -> None:
     from ..tasks.ops import as_json as to_json
-    from ..tasks.ops import estimate_table, footnotes, versus_table
+    from ..tasks.ops import estimate_table, footnotes, versus_hours, versus_table
 
     versus = estimate.versus
     if as_json:
@@ -68,3 +68,6 @@ def print_estimate(release: str, estimate: Any, as_json: bool) -> None:
         console.print(f"  {note}", highlight=False)
     if versus:
         console.print(versus_table(versus))
+        hours = versus_hours(versus)
+        if hours:
+            console.print(f"  {hours}", highlight=False)

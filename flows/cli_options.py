@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -29,7 +29,7 @@ class ConfigOption:
         self.name, self.field, self.panel = name, field, panel
         self.flag = str(extra.get("flag") or "--" + name.replace("_", "-"))
         self.short = extra.get("short")
-        self.metavar = str(extra["metavar"]) if extra.get("metavar") else None
+        self.metavar = str(extra["metavar"]) if extra.get("metavar") else _choices_metavar(field.annotation)
         self.shown_default = extra.get("shown_default")
 
     @property
@@ -65,27 +65,41 @@ class ConfigOption:
         )
 
 
-def run_options(skip: tuple[str, ...] = ()) -> Iterator[ConfigOption]:
-    """Every described field of the run config, in the order of its sub-models."""
+def _choices_metavar(annotation: Any) -> str | None:
+    """``<a | b | c>`` for a long list of choices: a help column of 80 wraps it between choices, never inside
+    one (``<processor|bridge_collate>`` was cut as ``bridge_colla te``)."""
+    if typing.get_origin(annotation) is not typing.Literal:
+        return None
+    choices = [str(c) for c in typing.get_args(annotation)]
+    return f"<{' | '.join(choices)}>" if len("|".join(choices)) > 16 else None
+
+
+def run_options(skip: tuple[str, ...] = (), only: Collection[str] | None = None) -> Iterator[ConfigOption]:
+    """Every described field of the run config (or those in ``only``), in the order of its sub-models."""
+
+    def wanted(key: str) -> bool:
+        return key not in skip and (only is None or key in only)
+
     for name, field in RunConfig.model_fields.items():
         sub = field.annotation
         if isinstance(sub, type) and issubclass(sub, BaseModel):
             panel = sub.model_config.get("title")
             for key, inner in sub.model_fields.items():
-                if inner.description and key not in skip:
+                if inner.description and wanted(key):
                     yield ConfigOption(key, inner, panel)
-        elif field.description and name not in skip:
+        elif field.description and wanted(name):
             yield ConfigOption(name, field, None)
 
 
-def config_options(skip: tuple[str, ...] = ()) -> Callable[[F], F]:
-    """Decorate a typer command taking ``**options``: it gets one option per described config field (those
-    in ``skip`` are its own parameters), after its own parameters."""
+def config_options(skip: tuple[str, ...] = (), only: Collection[str] | None = None) -> Callable[[F], F]:
+    """Decorate a typer command taking ``**options``: it gets one option per described config field (or per
+    field named in ``only``, e.g. ``RECIPE_OPTIONS``: the same flag on every command that takes it; those in
+    ``skip`` are its own parameters), after its own parameters."""
 
     def wrap(func: F) -> F:
         sig = inspect.signature(func, eval_str=True)  # the module defers annotations (PEP 563)
         own = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-        made = [o.parameter() for o in run_options(skip)]
+        made = [o.parameter() for o in run_options(skip, only)]
         func.__signature__ = sig.replace(parameters=[*own, *made])  # type: ignore[attr-defined]
         return func
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+
+from .cli_options import config_options, with_config_options
 
 RECIPE_EXAMPLES = """
 Examples:
@@ -47,33 +49,58 @@ def init(
     typer.echo(f"drafted {out} ({len(draft.urls)} README URLs, {len(draft.sample_refs)} sample references)")
 
 
+def _needs(recipe: object, allow: list[str] | None) -> str:
+    """What the recipe's variables need here: allowed and set, or why not."""
+    from ..tasks.fetch import recipe_variables, variable_problems
+
+    names = recipe_variables(recipe)  # type: ignore[arg-type]
+    if not names:
+        return ""
+    problems = variable_problems(recipe, allow or ())  # type: ignore[arg-type]
+    return f"; reads {', '.join('${' + n + '}' for n in names)}: " + (
+        "; ".join(problems) or "allowed and set"
+    )
+
+
 @recipe_app.command("check")
-def check(paths: Annotated[list[Path], typer.Argument(help="recipe files")]) -> None:
-    """Validate recipe files; each error names the file, the field path and the value."""
+@config_options(only=("env_allow",))
+def check(paths: Annotated[list[Path], typer.Argument(help="recipe files")], **options: Any) -> None:
+    """Validate recipe files; each error names the file, the field path and the value. Says which
+    environment variables a recipe reads and whether --env-allow and the environment let it."""
     from ..tasks.catalog import load_recipe
 
+    allow = with_config_options(options).get("env_allow")
     for p in paths:
         r = load_recipe(p)
-        typer.echo(f"{p}: ok ({r.status}, {r.license}, sources: {', '.join(s.kind for s in r.sources)})")
+        sources = ", ".join(s.kind for s in r.sources)
+        typer.echo(f"{p}: ok ({r.status}, {r.license}, sources: {sources}){_needs(r, allow)}")
 
 
 @recipe_app.command("list")
+@config_options(only=("catalogs", "env_allow"))
 def list_recipes(
     catalog: Annotated[
-        list[Path] | None, typer.Option("--catalog", help="extra recipe folder (first wins)")
-    ] = None,
+        list[Path] | None, typer.Option("--catalog", hidden=True)
+    ] = None,  # --recipes' old name
+    **options: Any,
 ) -> None:
-    """The recipes vlmforge would use, per subset, with their license and sources."""
+    """The recipes vlmforge would use, per subset (the first of --recipes, then the shipped ones), with
+    their license and sources, and the environment variables they read."""
     from ..tasks.catalog import builtin_catalog_dir, load_recipe
 
+    given = with_config_options(options)
+    folders = [*(Path(f) for f in given.get("catalogs") or ()), *(catalog or ())]
     seen: set[str] = set()
-    for folder in [*(catalog or []), builtin_catalog_dir()]:
+    for folder in [*folders, builtin_catalog_dir()]:
         for p in sorted(folder.glob("*.yaml")):
             if p.stem in seen:
                 continue
             seen.add(p.stem)
             r = load_recipe(p)
-            typer.echo(f"{r.subset:24} {r.status:6} {r.license:38} {' > '.join(s.kind for s in r.sources)}")
+            sources = " > ".join(s.kind for s in r.sources)
+            typer.echo(
+                f"{r.subset:24} {r.status:6} {r.license:38} {sources}{_needs(r, given.get('env_allow'))}"
+            )
 
 
 def register(app: typer.Typer) -> None:

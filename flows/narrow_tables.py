@@ -9,6 +9,8 @@ in the manifests, the artifact and ``--format json``.
 from __future__ import annotations
 
 from rich import box
+from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -55,3 +57,14 @@ def add_text(table: Table, header: str, *, min_width: int = 12) -> None:
     """A column that folds (names, free text) when the fixed columns leave too little room, its header
     whole (rich shrinks the widest of these first)."""
     table.add_column(header, overflow="fold", min_width=max(len(header), min_width))
+
+
+def print_whole(console: Console, table: Table) -> None:
+    """``table`` on a terminal as it fits; piped (a file, another program), at the table's natural width,
+    so no cell is cut inside a word (a hash, a path, a subset name folded into 5-character columns)."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    natural = Measurement.get(console, console.options.update(width=10_000), table).maximum
+    wide = Console(file=console.file, width=max(natural, console.width), color_system=None)
+    wide.print(table)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, task
@@ -85,15 +84,14 @@ def refresh_markdown(result: RefreshResult) -> str:
 
 @task(name="catalog", task_run_name="catalog {release}", retries=2, retry_delay_seconds=10)
 def catalog_task(
-    release: str, storage_options: dict[str, Any] | None = None, recipes: str | None = None
+    release: str, storage_options: dict[str, Any] | None = None, recipes: list[str] | str | None = None
 ) -> list[SubsetEntry]:
-    """Hashes, rows, license and sources of every subset (no media)."""
-    from ..tasks.catalog import catalog_release, recipe_fingerprints_from_dir
+    """Hashes, rows, license and sources of every subset (no media); each subset's recipe fingerprinted as
+    a run finds it (the first of ``recipes``, then the shipped ones)."""
+    from ..tasks.catalog import catalog_release, with_recipe_fingerprints
 
-    fingerprints = None
-    if recipes:  # every recipe of the folder; fingerprints of subsets the release lacks are ignored
-        fingerprints = recipe_fingerprints_from_dir(recipes, [p.stem for p in Path(recipes).glob("*.yaml")])
-    return catalog_release(release, storage_options=storage_options, recipe_fingerprints=fingerprints)
+    folders = [recipes] if isinstance(recipes, str) else list(recipes or ())
+    return with_recipe_fingerprints(catalog_release(release, storage_options=storage_options), folders)
 
 
 @task(name="unpublish", task_run_name="unpublish {subset}")
@@ -117,7 +115,7 @@ def refresh_release(
     # Prefect stores and shows flow-run parameters: pass StorageOptions so credentials are masked there
     # (a deployment should rather take them from the worker's environment).
     storage_options: StorageOptions | dict[str, Any] | None = None,
-    recipes: str | None = None,
+    recipes: list[str] | str | None = None,
     license_allow: list[str] | None = None,
     retry_unpublished: bool = False,
     dry_run: bool = False,

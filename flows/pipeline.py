@@ -43,6 +43,7 @@ from . import progress
 from .docs_link import served_docs_url
 from .executors import executor_cpus
 from .grouping import StageQueues, pack_batches
+from .publish_records import PublishRecords
 from .run_names import run_name
 from .runtime import LoopbackRayTaskRunner, configured_api_url, hand_back_freed_memory
 from .schedule import GATE, PUBLISH, VALIDATE, StageSpans, SubsetSchedule
@@ -134,16 +135,20 @@ class _Run:
     logger: Any
     t0: float
     started_at: str
+    records: PublishRecords
     times: list[StageTime] = field(default_factory=list)
 
     @classmethod
     def start(cls, cfg: RunConfig, run_id: str | None) -> _Run:
+        run_id = run_id or time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+        layout = OutputLayout(cfg.out)
         run = cls(
-            run_id=run_id or time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6],
-            layout=OutputLayout(cfg.out),
+            run_id=run_id,
+            layout=layout,
             logger=get_run_logger(),
             t0=time.perf_counter(),
             started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            records=PublishRecords(layout, run_id),
         )
         swept = ContentStore(cfg.store_url).sweep_incoming()
         if swept:
@@ -248,7 +253,7 @@ def _work_stage(run: _Run, cfg: RunConfig, entries: list[SubsetEntry], summary: 
             queues.add(stage, e)
 
     for subset in schedule.ready_now():  # no batch at all (an empty JSONL)
-        then(_batches_done(run, schedule, outcomes[subset], subset, cfg), by_name[subset])
+        then(_batches_done(run, schedule, outcomes[subset], by_name[subset], cfg), by_name[subset])
     fill_window()
     submit_ready()
     while pending:
@@ -268,8 +273,10 @@ def _work_stage(run: _Run, cfg: RunConfig, entries: list[SubsetEntry], summary: 
                     then(_gate_finished(run, schedule, res, o, clock), e)
                 elif p.kind == PUBLISH:
                     then(_publish_finished(schedule, res, o, clock), e)
+                    run.records.published(o)
                 else:
                     _validate_finished(run, schedule, res, o, clock)
+                    run.records.validated(o)
         submit_ready()
     run.times.extend(clock.times())
     summary.events = schedule.events
@@ -318,14 +325,16 @@ def _batches_finished(
         done = res if isinstance(res, BatchStats) else BatchStats()
         progress.batch_finished(entry.subset, done.lines, done.images, done.skipped_batches > 0)
         if schedule.batch_done(entry.subset, res):
-            finished.append((entry, _batches_done(run, schedule, outcomes[entry.subset], entry.subset, cfg)))
+            finished.append((entry, _batches_done(run, schedule, outcomes[entry.subset], entry, cfg)))
     return finished
 
 
 def _batches_done(
-    run: _Run, schedule: SubsetSchedule, o: SubsetOutcome, subset: str, cfg: RunConfig
+    run: _Run, schedule: SubsetSchedule, o: SubsetOutcome, entry: SubsetEntry, cfg: RunConfig
 ) -> str | None:
-    """A subset's last batch is in: its outcome and stage times, and the stage it goes to."""
+    """A subset's last batch is in: its outcome and stage times, and the stage it goes to (None for a
+    subset left as it is: failed, nothing to publish, or unchanged since its last publish)."""
+    subset = entry.subset
     state = schedule.subsets[subset]
     o.stats = state.stats
     if state.error is not None:
@@ -334,6 +343,10 @@ def _batches_done(
         run.times.extend(batch_stage_times(subset, state.stats))
         if cfg.gate.skip_gate:
             o.gate = "skipped (--skip-gate)"
+        all_current = state.stats.skipped_batches == state.stats.batches
+        validated = run.records.unchanged(entry, cfg, o, all_current=all_current)
+        if validated is not None:
+            return schedule.unchanged(subset, validated=validated)
     nxt = schedule.batches_finished(subset)
     if nxt is None and state.error is None and o.stats.ok == 0 and cfg.gate.skip_gate:
         o.gate += " (nothing to publish: no ok samples)"
@@ -384,6 +397,18 @@ def _validate_finished(
         run.logger.warning("validation of %s: %s", o.subset, o.validation)
 
 
+def _quality_markdown(run: _Run, summary: RunSummary) -> str:
+    """The quality artifact: the run's Data Docs, built and linked (none when no gate ran)."""
+    if summary.subsets and all(o.unchanged for o in summary.subsets):
+        return (
+            f"# Quality gate of run {run.run_id}\n\nEvery subset is unchanged since its last publish: "
+            f"no gate ran, the earlier verdicts stand (`vlmforge quality {run.layout.out}`).\n"
+        )
+    served = served_docs_url(run.layout.out, run.run_id, configured_api_url())  # `vlmforge server --docs OUT`
+    result: str = quality_docs_task.submit(run.layout.out, run.run_id, served).result()
+    return result
+
+
 def _report(
     run: _Run, given: RunConfig, summary: RunSummary, entries: list[SubsetEntry], previous: dict[str, Any]
 ) -> None:
@@ -392,6 +417,8 @@ def _report(
     for o in summary.subsets:
         row = catalog_columns(by_name[o.subset], previous.get(o.subset), run_id=run.run_id)
         write_subsets_row(run.layout, row | _outcome_columns(o, given))
+    quality = _quality_markdown(run, summary)
+    # the Data Docs are built before the clock stops: the run's time (the estimate's rates) includes them
     summary.seconds = time.perf_counter() - run.t0
     rows = sum(o.stats.lines for o in summary.subsets)
     run.times.append(StageTime(RUN_WIDE, "run", summary.seconds, rows, "rows"))
@@ -410,10 +437,9 @@ def _report(
         markdown=summary_markdown(summary),
         description=f"per-subset counts and tokens of run {rid}",
     )
-    served = served_docs_url(run.layout.out, rid, configured_api_url())  # a `vlmforge server --docs OUT`
     create_markdown_artifact(
         key="vlmforge-quality",
-        markdown=quality_docs_task.submit(run.layout.out, rid, served).result(),
+        markdown=quality,
         description=f"quality gate results of run {rid} (Data Docs linked)",
     )
     create_markdown_artifact(

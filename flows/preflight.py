@@ -90,7 +90,8 @@ def _release(cfg: RunConfig) -> None:
         return  # listed by the catalog (credentials, network) or staged from another layout first
     from fsspec.implementations.local import LocalFileSystem
 
-    from ..tasks.catalog import list_subset_names
+    from ..tasks.catalog import list_subset_names, wanted_subsets
+    from ..tasks.errors import ReleaseError
 
     root = Path(release)
     if not root.exists():
@@ -115,6 +116,10 @@ def _release(cfg: RunConfig) -> None:
         close = difflib.get_close_matches(unknown[0], names, n=1)
         hint = f"did you mean --subset {close[0]}?" if close else f"subsets: {_listing(names)}"
         raise UsageError(f"--subset {', '.join(unknown)}: not in release {release}", hint)
+    try:  # the catalog's own name rule (a space, a slash, ...), before the services start
+        wanted_subsets(LocalFileSystem(), str(root.resolve()), release, cfg.source.subsets)
+    except ReleaseError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _overlaps(cfg: RunConfig) -> None:

@@ -56,10 +56,16 @@ class RunProgress:
 
     def headline(self, now: float) -> str:
         done, total = self.batches
+        skipped = self.rows_done - self.rows_worked
+        if self.rows_worked == 0 and skipped > 0:  # a rerun: every batch so far was current, none worked
+            return f"batches {done}/{total} · {skipped:,} rows current, skipped (not redone)"
         rows_per_s, images_per_s = self.rates(now)
         eta = self.eta(now)
         left = f"ETA {_clock(eta)}" if eta is not None and done < total else "ETA -"
-        return f"batches {done}/{total} · {rows_per_s:,.1f} rows/s · {images_per_s:,.1f} images/s · {left}"
+        also = f" · {skipped:,} rows skipped (current)" if skipped > 0 else ""
+        return (
+            f"batches {done}/{total} · {rows_per_s:,.1f} rows/s · {images_per_s:,.1f} images/s · {left}{also}"
+        )
 
 
 def _over(stage: str) -> bool:

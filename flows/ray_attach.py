@@ -24,6 +24,34 @@ def attach_kwargs(address: str | None) -> dict[str, Any]:
     return {"_node_ip_address": LOOPBACK} if host in (LOOPBACK, "localhost") else {}
 
 
+def attach_driver(address: str, init_kwargs: dict[str, Any]) -> bool:
+    """Attach this process's Ray driver to the cluster at ``address`` before any flow run exists, so a
+    cluster that refuses it ends the command with one line (exit 2), never a traceback and a flow run left
+    Running. The runner then finds Ray initialised and uses it. False when Ray was initialised already."""
+    import ray
+
+    from .preflight import UsageError
+
+    if ray.is_initialized():
+        return False
+    try:
+        ray.init(address, **init_kwargs)
+    except Exception as exc:  # noqa: BLE001 - every way the attach fails is the address's problem here
+        detail = " ".join(str(exc).split()).split(". ")[0]
+        if type(exc).__name__ == "AuthenticationError":
+            raise UsageError(
+                f"--ray-address {address}: Ray refused this driver: {detail} (vlmforge attaches with "
+                "token authentication)",
+                "give the cluster's token (RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH), or for a cluster started "
+                "without token authentication set RAY_AUTH_MODE=disabled",
+            ) from None
+        raise UsageError(
+            f"--ray-address {address}: cannot attach: {type(exc).__name__}: {detail}",
+            f"is a Ray head up there (`ray status --address {address}`)?",
+        ) from None
+    return True
+
+
 def execution_of(cfg: object) -> ExecutionOptions | None:
     """The execution options of a flow run's ``cfg`` parameter (a RunConfig, or its JSON from the API);
     None when it has none or is not a run configuration (the flow itself reports a bad one)."""

@@ -56,6 +56,7 @@ QUIET_ENV = {
     "RAY_AUTH_MODE": "token",
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # Ray's local-only mode: a loopback node IP stays loopback
     "GX_ANALYTICS_ENABLED": "False",
+    "DO_NOT_TRACK": "1",  # Prefect's client (SDK) telemetry and its first-run notice
     "AWS_EC2_METADATA_DISABLED": "true",
 }
 
@@ -146,7 +147,7 @@ apply_quiet_env()
 from prefect_ray import RayTaskRunner  # noqa: E402 - after the environment Ray reads at import
 
 from . import progress  # noqa: E402
-from .ray_attach import LOOPBACK, attach_kwargs, flow_run_execution  # noqa: E402
+from .ray_attach import LOOPBACK, attach_driver, attach_kwargs, flow_run_execution  # noqa: E402
 
 
 def _free_port() -> int:
@@ -469,22 +470,28 @@ def embedded_runtime(
     server = None if url else spawn_prefect_server()
     url = url or server.url  # type: ignore[union-attr]
     ray_home: Path | None = None
+    attached = False
     try:
         with use_api(url):  # before Ray starts: its processes inherit the URL
             if while_booting is not None:
                 while_booting()
             if isinstance(runner, LoopbackRayTaskRunner) and runner.starts_local_ray():
                 ray_home = start_local_ray(runner.num_cpus)
+            elif isinstance(runner, LoopbackRayTaskRunner):  # refused: one line, before any flow run
+                attached = attach_driver(
+                    runner.address or os.environ.get("RAY_ADDRESS", ""), runner.init_kwargs
+                )
             if server is not None:
                 server.wait_healthy(startup_timeout_s)
             progress.milestone("startup")  # the Prefect API answers
             yield url
     finally:
         try:
-            if ray_home is not None:
+            if ray_home is not None or attached:
                 import ray
 
                 ray.shutdown()
+            if ray_home is not None:
                 shutil.rmtree(ray_home, ignore_errors=True)
         finally:
             if server is not None:

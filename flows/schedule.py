@@ -61,6 +61,13 @@ class SubsetSchedule:
             return None
         return self._next(subset, PUBLISH if self.skip_gate else GATE)
 
+    def unchanged(self, subset: str, validated: bool) -> str | None:
+        """``subset``'s batches were all current and it is as at its last publish: no stage follows, but
+        the read-back when that publish was never read back (its run was stopped in between)."""
+        self._event("batches done", subset)
+        self._event("unchanged", subset)
+        return None if validated else self._next(subset, VALIDATE)
+
     def gate_done(self, subset: str, passed: bool) -> str | None:
         """The gate of ``subset`` ended: ``publish`` when it passed, else None."""
         self._event("gate done", subset)

@@ -29,6 +29,8 @@ class SubsetOutcome:
     shards: int = 0
     validation: str = "not run"
     error: str | None = None
+    # nothing changed since its last publish: not gated, published or read back again (flows/pipeline.py)
+    unchanged: bool = False
 
 
 @dataclass
@@ -47,7 +49,11 @@ class RunSummary:
     @property
     def unreadable(self) -> list[str]:
         """Published subsets that the trainer's loader did not read back as the manifests promise."""
-        return [s.subset for s in self.subsets if s.published and s.validation not in ("ok", "not run")]
+        return [
+            s.subset
+            for s in self.subsets
+            if s.published and s.validation not in ("ok", "not run", "unchanged")
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -84,6 +90,17 @@ def print_summary(summary: RunSummary) -> None:
     console.print(
         "rej: rejected, drop: dropped (limits), img/vid: images/videos; exact counts: the manifests"
     )
+    unchanged = [s.subset for s in summary.subsets if s.unchanged]
+    if unchanged:
+        every = "every subset" if len(unchanged) == len(summary.subsets) else ", ".join(unchanged)
+        console.print(
+            f"unchanged since the last publish (same inputs, options and code): {every}; not gated or "
+            "published again, the earlier verdicts and datasets stand",
+            highlight=False,
+        )
+        read_now = [s.subset for s in summary.subsets if s.unchanged and s.validation != "unchanged"]
+        if read_now:  # published by a run stopped before its read-back
+            console.print(f"read back now (a stopped run had not): {', '.join(read_now)}", highlight=False)
 
 
 def summary_markdown(summary: RunSummary) -> str:

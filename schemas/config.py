@@ -309,6 +309,12 @@ BATCH_INPUTS: Final = ("media", "tokens", "batches")
 BATCH_NEUTRAL: Final = ("out", "source", "fetch", "shards", "gate", "execution")
 
 
+# The options of every command that reads media recipes (``run``, ``catalog --estimate``, ``refresh``,
+# ``recipe``): where recipes are, the variables they may read, where media and the release are. Declared once,
+# here; flows/cli_options.py makes each command's flags from these fields (the same names, types and help).
+RECIPE_OPTIONS: Final = ("catalogs", "env_allow", "media_roots", "allowed_url_schemes", "storage_options")
+
+
 class RunConfig(_Options):
     """Options of ``vlmforge run``; the CLI, the Prefect flow and the tests all build one of these."""
 

@@ -44,11 +44,13 @@ class EstimateRow:
     cpu_hours: float = 0.0
     network_hours: float = 0.0
     disk_hours: float = 0.0
-    hours: float = 0.0  # the longest of the three: the stages overlap
+    hours: float = 0.0  # the longest of the three (the stages overlap); the total adds fixed_hours
     bottleneck: str = "cpu"  # network | cpu | disk
     rates: str | None = None  # runs_table (run id) | default
     sample_bodies: int = 0  # media bodies read to measure the out/in ratios (0 with a previous run)
     seconds: float = 0.0  # wall time of this subset's estimate
+    fixed_hours: float = 0.0  # _total: a run's start-up and end, whatever it works on
+    missing_why: str | None = None  # the commonest reasons references have no source, with their counts
 
 
 ESTIMATES = arrow_schema(EstimateRow)

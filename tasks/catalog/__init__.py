@@ -22,7 +22,7 @@ from .refresh import (
     unpublish_subset,
     write_subsets_row,
 )
-from .release_catalog import catalog_release, list_subset_names
+from .release_catalog import catalog_release, list_subset_names, wanted_subsets
 from .revision import release_revision
 from .scan import strip_bom
 from .storage_options import parse_storage_options
@@ -55,4 +55,5 @@ __all__ = [
     "unpublish_subset",
     "with_recipe_fingerprints",
     "write_subsets_row",
+    "wanted_subsets",
 ]

@@ -138,8 +138,15 @@ def detect_license(readme: str) -> tuple[str, str | None]:
 
     Looked up in order: the dataset card's YAML ``license:``, the ``License:`` line or ``## License``
     section, then anywhere in the text (ids such as ``CC-BY-4.0``, names such as "Creative Commons
-    Attribution-ShareAlike 4.0" or "Apache License, Version 2.0", and creativecommons.org URLs).
+    Attribution-ShareAlike 4.0" or "Apache License, Version 2.0", and creativecommons.org URLs). A
+    non-commercial term anywhere in the README narrows the license found (:func:`narrowed`).
     """
+    spdx, words = _declared_license(readme)
+    return (narrowed(spdx, readme), words) if spdx != "unknown" else (spdx, words)
+
+
+def _declared_license(readme: str) -> tuple[str, str | None]:
+    """The license the README declares first (card header, ``License:`` line or section, then the text)."""
     spdx, words = _front_matter_license(readme)
     if spdx:
         return spdx, None
@@ -154,3 +161,36 @@ def detect_license(readme: str) -> tuple[str, str | None]:
         return spdx, None
     said = words or next(iter(lines), None)
     return "unknown", said[:500] if said else None
+
+
+# A non-commercial term written anywhere ("images are now CC-BY-NC-4.0", "non-commercial use only"): the
+# README's first License: line does not say all its terms.
+_NON_COMMERCIAL = re.compile(r"\bnon[- ]?commercial\b|\bnot for commercial\b", re.IGNORECASE)
+# The non-commercial variant of a license that has one (Creative Commons 4.0).
+_NC_VARIANT = {
+    "CC-BY-4.0": "CC-BY-NC-4.0",
+    "CC-BY-SA-4.0": "CC-BY-NC-SA-4.0",
+    "CC-BY-ND-4.0": "CC-BY-NC-ND-4.0",
+}
+NON_COMMERCIAL_REF = "LicenseRef-NonCommercial"
+
+
+def _all_ids(text: str) -> list[str]:
+    ids = [next(s for s in _SPDX if s.lower() == m.group(1).lower()) for m in _SPDX_RE.finditer(text)]
+    return ids + [spdx for rx, spdx in _LICENSE_WORDS_RE if rx.search(text)]
+
+
+def narrowed(spdx: str, readme: str) -> str:
+    """``spdx`` as the whole README restricts it: a non-commercial license named anywhere replaces a
+    license without that term (the most restrictive one named, e.g. CC-BY-NC-SA-4.0 before CC-BY-NC-4.0);
+    a "non-commercial" phrase turns a Creative Commons license into its NC variant, any other into
+    ``LicenseRef-NonCommercial``. So ``--license-allow CC-BY-4.0`` no longer takes a subset whose README
+    added such a term below its first ``License:`` line."""
+    if "-NC" in spdx or spdx == NON_COMMERCIAL_REF:
+        return spdx
+    named = [i for i in _all_ids(readme) if "-NC" in i]
+    if named:
+        return max(named, key=lambda i: (len(i), i))  # NC-SA / NC-ND before plain NC
+    if _NON_COMMERCIAL.search(readme):
+        return _NC_VARIANT.get(spdx, NON_COMMERCIAL_REF)
+    return spdx

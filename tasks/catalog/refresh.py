@@ -316,7 +316,10 @@ def plan_release_refresh(
     kept, excluded = split_by_license(entries, license_allow)
     previous = read_previous_catalog(OutputLayout(out))
     plan = plan_refresh(kept, previous, retry_unpublished=retry_unpublished)
-    for subset, why in excluded:  # a subset whose license is no longer allowed comes out
+    why_out = dict(excluded)
+    # a subset whose license is no longer allowed comes out, once, for that reason (it is not gone upstream)
+    plan.changes = [c for c in plan.changes if c.subset not in why_out]
+    for subset, why in excluded:
         if subset in previous:
             plan.changes.append(SubsetChange(subset, "unpublish", (why,)))
     return plan

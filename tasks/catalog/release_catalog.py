@@ -65,7 +65,7 @@ def catalog_release(
     """
     options = dict(storage_options or {})
     fs, root = _open_release(release, options)
-    names = _wanted_subsets(fs, root, release, subsets)
+    names = wanted_subsets(fs, root, release, subsets)
     local = is_local(fs)
 
     def url(path: str) -> str:  # a path other processes can open: plain when local, else with its protocol
@@ -110,7 +110,7 @@ def _open_release(release: str, options: dict[str, Any]) -> tuple[AbstractFileSy
     return fs, root
 
 
-def _wanted_subsets(fs: AbstractFileSystem, root: str, release: str, subsets: Iterable[str]) -> list[str]:
+def wanted_subsets(fs: AbstractFileSystem, root: str, release: str, subsets: Iterable[str]) -> list[str]:
     """The folders to catalog, by name compared in NFC; refused before any work when a wanted name breaks the
     subset name rule (publish could not write it) or two folders are one name in two Unicode spellings."""
     folders: dict[str, list[str]] = {}

@@ -18,6 +18,7 @@ from .failures import (
 from .options import FetchContext, FetchKnobs, FetchOptions
 from .outcomes import FetchOutcome, FetchStats, LocalLocation, Located, outcome_columns
 from .ranges import FsRangeSource
+from .recipe_env import bind_environment, recipe_variables, variable_problems
 from .release_media import MediaResolver, MissingMedia, ReleaseMedia, TarIndex, _path_of, file_in
 from .retry import retry_call
 from .sources.s3 import _filesystem
@@ -55,6 +56,7 @@ __all__ = [
     "_filesystem",
     "_path_of",
     "batch_state",
+    "bind_environment",
     "check_zip_entry",
     "classify_fs_error",
     "fetch_batch",
@@ -65,8 +67,10 @@ __all__ = [
     "plan_ranges",
     "range_source",
     "read_outcome",
+    "recipe_variables",
     "read_zip_group",
     "read_zip_index",
     "retry_call",
     "tar_member_problem",
+    "variable_problems",
 ]

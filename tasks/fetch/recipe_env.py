@@ -77,3 +77,39 @@ def _expand_options(options: Any, allowed: frozenset[str], env: Mapping[str, str
     if isinstance(options, list):
         return [_expand_options(v, allowed, env) for v in options]
     return options
+
+
+def recipe_variables(recipe: Recipe) -> list[str]:
+    """The ``${NAME}`` variables ``recipe``'s sources read (locations, headers, storage options), in order."""
+    names: list[str] = []
+
+    def scan(value: Any) -> None:
+        if isinstance(value, str):
+            names.extend(n for n in _ENV_RE.findall(value) if n not in names)
+        elif isinstance(value, dict):
+            for v in value.values():
+                scan(v)
+        elif isinstance(value, list):
+            for v in value:
+                scan(v)
+
+    for source in recipe.sources:
+        for field in source.env_locations:
+            scan(getattr(source, field, None))
+        scan(getattr(source, "headers", None))
+        scan(getattr(source, "storage_options", None))
+    return names
+
+
+def variable_problems(
+    recipe: Recipe, allow: Iterable[str], environ: Mapping[str, str] | None = None
+) -> list[str]:
+    """Why ``recipe`` cannot read each of its variables here (not allowed, or unset), with what to do."""
+    allowed, env = frozenset(allow), os.environ if environ is None else environ
+    problems = []
+    for name in recipe_variables(recipe):
+        if name not in allowed:
+            problems.append(f"${{{name}}} not allowed (pass --env-allow {name})")
+        elif name not in env:
+            problems.append(f"${{{name}}} is not set")
+    return problems

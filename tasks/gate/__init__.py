@@ -26,9 +26,9 @@ from .gate_report import quality_markdown, quality_rows
 from .groups import gate_subsets
 from .params import load_overrides
 from .profiles import ManifestParts, Source, add_shard_views, open_views, shards_profile
-from .results import GateResult, RunQuality, load_run, record_gate, record_run
+from .results import GateResult, RunQuality, carry_results, load_run, record_gate, record_run
 from .suite_run import run_suite, shorten
-from .suites import SUITES
+from .suites import SUITES, suites_digest
 
 __all__ = [
     "GateResult",
@@ -38,6 +38,7 @@ __all__ = [
     "Source",
     "add_shard_views",
     "build_data_docs",
+    "carry_results",
     "gate_subset",
     "gate_subsets",
     "load_overrides",
@@ -50,4 +51,5 @@ __all__ = [
     "run_suite",
     "shards_profile",
     "shorten",
+    "suites_digest",
 ]

@@ -96,6 +96,22 @@ def record_gate(layout: OutputLayout, run_id: str, result: GateResult) -> str:
     return write_json(layout, path, result.to_json() | {"run_id": run_id, "recorded": now()})
 
 
+def carry_results(layout: OutputLayout, subset: str, from_run: str, to_run: str) -> int:
+    """Copy ``subset``'s results of ``from_run`` into ``to_run``'s folder, each marked ``carried_from``: the
+    subset did not change, so the earlier verdict stands for this run too. Returns the files copied."""
+    copied = 0
+    for suffix in (".json", ".shards.json"):
+        source = f"{run_folder(layout, from_run)}/{subset}{suffix}"
+        try:
+            data = read_json(layout, source)
+        except (OSError, ValueError):
+            continue
+        data["carried_from"] = data.get("carried_from") or from_run
+        write_json(layout, f"{run_folder(layout, to_run)}/{subset}{suffix}", data)
+        copied += 1
+    return copied
+
+
 def record_run(
     layout: OutputLayout,
     run_id: str,

@@ -5,11 +5,13 @@ from .estimate import (
     as_json,
     as_markdown,
     estimate_config,
+    estimate_fields,
     estimate_release,
     estimate_table,
     footnotes,
     parse_bandwidth,
     versus_actual,
+    versus_hours,
     versus_table,
 )
 from .mix.output import format_mix, write_mix
@@ -21,7 +23,13 @@ from .sample_release.sample_build import build_sample_release
 from .sample_release.shaped import build_shaped_release
 from .stats.compute import StatsReport
 from .stats.page import write_stats_report
-from .stats.stage_times import RUN_WIDE, StageTime, batch_stage_times, write_stage_times
+from .stats.stage_times import (
+    RUN_WIDE,
+    StageTime,
+    batch_stage_times,
+    write_outside_time,
+    write_stage_times,
+)
 
 __all__ = [
     "EstimateOptions",
@@ -39,6 +47,7 @@ __all__ = [
     "build_shaped_release",
     "connect",
     "estimate_config",
+    "estimate_fields",
     "estimate_release",
     "estimate_table",
     "footnotes",
@@ -49,8 +58,10 @@ __all__ = [
     "run_query",
     "text_rows",
     "versus_actual",
+    "versus_hours",
     "versus_table",
     "write_mix",
+    "write_outside_time",
     "write_stage_times",
     "write_stats_report",
 ]

@@ -105,9 +105,11 @@ def run_query(out: str, sql: str, *, allow_external_access: bool = False) -> pa.
 
 
 def one_line(exc: BaseException) -> str:
-    """An error's first line (DuckDB appends the query with a caret on following lines)."""
+    """An error in one line: DuckDB's message and its hints ("Candidate bindings: ...", "Did you mean
+    ...?"), without the query it echoes and the caret under it (``LINE 1: ...`` / ``^``)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
+    kept = [line for line in lines if not line.startswith("LINE ") and set(line) != {"^"}]
+    return "; ".join(kept) if kept else type(exc).__name__
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import gc
 import json
 import tempfile
 import threading
+import warnings
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,6 +36,12 @@ from .index_check import check_index
 from .media_check import media_problems
 
 __all__ = ["validate_energon_dataset"]
+
+# energon's loader asks torch to pin memory; on a machine without an accelerator torch warns on every read
+# (a line of noise in every run's log and `vlmforge validate`): nothing is pinned, nothing is wrong.
+warnings.filterwarnings(
+    "ignore", message="'pin_memory' argument is set as true but no accelerator", category=UserWarning
+)
 
 
 class _ErrorLog:

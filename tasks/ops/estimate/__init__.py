@@ -6,8 +6,8 @@ client, the media stage's normaliser for a decoded sample) without their side ef
 them, with the other operations on a release or an output.
 """
 
-from .estimate_config import estimate_config
-from .estimate_report import as_json, as_markdown, estimate_table, footnotes, versus_table
+from .estimate_config import estimate_config, estimate_fields
+from .estimate_report import as_json, as_markdown, estimate_table, footnotes, versus_hours, versus_table
 from .hours import parse_bandwidth
 from .release_estimate import Estimate, EstimateOptions, estimate_release
 from .versus import versus_actual
@@ -18,10 +18,12 @@ __all__ = [
     "as_json",
     "as_markdown",
     "estimate_config",
+    "estimate_fields",
     "estimate_release",
     "estimate_table",
     "footnotes",
     "parse_bandwidth",
     "versus_actual",
+    "versus_hours",
     "versus_table",
 ]

@@ -26,8 +26,12 @@ def human_bytes(n: float) -> str:
 
 
 def human_hours(h: float) -> str:
+    """Hours in at most 5 characters: ``45s``, ``2m24s``, ``38m``, ``2.5h``."""
     if h < 1 / 60:
         return f"{h * 3600:.0f}s"
+    if h < 10 / 60:
+        m, sec = divmod(round(h * 3600), 60)
+        return f"{m}m{sec:02d}s"
     if h < 1:
         return f"{h * 60:.0f}m"
     return f"{h:.1f}h" if h < 100 else f"{h:.0f}h"
@@ -79,12 +83,14 @@ def footnotes(rows: list[EstimateRow]) -> list[str]:
         return []
     settings = json.loads(total.settings or "{}")
     notes = [
-        f"objects: {total.sources or 'none'}; {total.missing:,} references no source answers",
+        f"objects: {total.sources or 'none'}; {total.missing:,} references no source answers"
+        + (f" ({total.missing_why})" if total.missing and total.missing_why else ""),
         f"sizes: {total.bytes_method}; {total.probed:,} objects sized by a request (HEAD, range, listing)",
         f"disk ratios: {total.disk_method}; {total.sample_bodies} media bodies read to measure them",
         f"hours at {settings.get('cores')} cores and "
-        f"{human_bytes(settings.get('bandwidth_bytes_per_s', 0))}/s "
-        f"(rates: {total.rates}): cpu {human_hours(total.cpu_hours)}, network "
+        f"{human_bytes(settings.get('bandwidth_bytes_per_s', 0))}/s (rates: {total.rates}): start-up, "
+        f"warm-up and end {human_hours(total.fixed_hours)} + the longest of cpu "
+        f"{human_hours(total.cpu_hours)} (batches and each subset's gate, publish, read-back), network "
         f"{human_hours(total.network_hours)}, disk {human_hours(total.disk_hours)}",
     ]
     return notes
@@ -117,6 +123,17 @@ def versus_table(versus: list[Versus]) -> Table:
             _pct(d["disk_error"]),
         )
     return t
+
+
+def versus_hours(versus: list[Versus]) -> str | None:
+    """The release's hours: estimated, and what the run took (its process, start-up included)."""
+    total = next((v.as_dict() for v in versus if v.subset == TOTAL), None)
+    if total is None or total.get("actual_hours") is None:
+        return None
+    return (
+        f"hours: estimated {human_hours(total['hours'])}, the run took {human_hours(total['actual_hours'])} "
+        f"({_pct(total['hours_error'])})"
+    )
 
 
 def _pct(x: float | None) -> str:
@@ -154,6 +171,7 @@ def as_markdown(rows: list[EstimateRow], versus: list[Versus]) -> str:
         )
     lines += ["", *(f"- {n}" for n in footnotes(rows))]
     if versus:
+        hours = versus_hours(versus)
         cols = ["subset", "objects", "actual", "bytes", "actual", "disk", "actual"]
         lines += ["", "## Estimate vs actual", "", _md_row(cols), _md_row(["---"] + ["---:"] * 6)]
         for v in versus:
@@ -164,4 +182,5 @@ def as_markdown(rows: list[EstimateRow], versus: list[Versus]) -> str:
                     + [human_bytes(d[k]) for k in ("bytes", "actual_bytes", "disk", "actual_disk")]
                 )
             )
+        lines += ["", hours] if hours else []
     return "\n".join(lines) + "\n"

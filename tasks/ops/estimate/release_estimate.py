@@ -21,7 +21,7 @@ from ....schemas.config import RunConfig
 from ....schemas.estimate_rows import ESTIMATES, EstimateRow
 from ....schemas.recipes import Recipe
 from ...catalog import catalog_release, check_ready, find_recipe
-from ...fetch import HttpClient, HttpOptions
+from ...fetch import HttpClient, HttpOptions, bind_environment
 from ...manifests import OutputLayout
 from ...storage import ContentStore, atomic_write_bytes
 from .disk import DEFAULT, DiskRatios, previous_ratios, sampled_ratios
@@ -67,7 +67,9 @@ def run_recipe(subset: str, cfg: RunConfig) -> Recipe:
     recipe = find_recipe(subset, cfg.media.catalogs)
     if recipe is not None and recipe.remote:
         check_ready(recipe)
-        return recipe
+        # the variables the user allowed (--env-allow), as the run puts them in; others stay ${NAME} and
+        # their source answers why (the estimate's "no source answers" note names it)
+        return bind_environment(recipe, cfg.fetch.env_allow)
     return Recipe.default(subset)
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ....schemas.estimate_rows import TOTAL, EstimateRow
@@ -82,6 +84,7 @@ def _subset_row(s: SubsetSizing, seen: _Seen, cores: int, bandwidth: float, rate
     row.objects = len(objects)
     row.in_store = sum(1 for a in objects.values() if a.in_store)
     row.missing = sum(1 for a in s.answers.values() if isinstance(a, Miss))
+    row.missing_why = missing_reasons(a for a in s.answers.values() if isinstance(a, Miss))
     counts: dict[str, int] = {}
     for a in objects.values():
         counts[a.kind] = counts.get(a.kind, 0) + 1
@@ -131,11 +134,29 @@ def _subset_row(s: SubsetSizing, seen: _Seen, cores: int, bandwidth: float, rate
         cores=cores,
         bandwidth=bandwidth,
         rates=rates,
+        batches=max(len(s.entry.batch_offsets) - 1, 0),
+        subsets=1,
     )
     row.cpu_hours, row.network_hours, row.disk_hours = hours.cpu, hours.network, hours.disk
     row.hours, row.bottleneck, row.rates = hours.total, hours.bottleneck, rates.source
     row.seconds = round(s.seconds, 3)
     return row
+
+
+def missing_reasons(misses: Iterable[Miss], shown: int = 3) -> str | None:
+    """The commonest reasons among ``misses``, most first, with their counts (``361 x source_error: ...``)."""
+    counts = Counter(f"{m.failure}: {m.detail}"[:200] for m in misses)
+    return "; ".join(f"{n} x {why}" for why, n in counts.most_common(shown)) or None
+
+
+def _merge_reasons(rows: list[EstimateRow], shown: int = 3) -> str | None:
+    counts: Counter[str] = Counter()
+    for r in rows:
+        for part in (r.missing_why or "").split("; "):
+            n, sep, why = part.partition(" x ")
+            if sep and n.isdigit():
+                counts[why] += int(n)
+    return "; ".join(f"{n} x {why}" for why, n in counts.most_common(shown)) or None
 
 
 def _unmeasured(objects: object) -> bool:
@@ -179,7 +200,9 @@ def _total(rows: list[EstimateRow], seen: _Seen, cores: int, bandwidth: float, r
         counts[a.kind] = counts.get(a.kind, 0) + 1
     t.sources = " ".join(f"{k}:{n}" for k, n in sorted(counts.items())) or None
     t.disk_method = ",".join(sorted({r.disk_method for r in rows})) or "default"
-    t.hours = max(t.cpu_hours, t.network_hours, t.disk_hours)
+    t.missing_why = _merge_reasons(rows)
+    t.fixed_hours = rates.fixed_hours
+    t.hours = t.fixed_hours + max(t.cpu_hours, t.network_hours, t.disk_hours)
     t.bottleneck = max(
         (("cpu", t.cpu_hours), ("network", t.network_hours), ("disk", t.disk_hours)), key=lambda kv: kv[1]
     )[0]

@@ -4,7 +4,7 @@ the last estimate made before that run, from the ``estimates`` table."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ....schemas.estimate_rows import TOTAL
@@ -22,6 +22,7 @@ class Actual:
     bytes: int
     shard_bytes: int
     store_bytes: int | None = None
+    hours: float | None = None  # ``_total`` only: the wall of the run the estimate was made for
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,9 @@ class Versus:
             "disk": disk_est,
             "actual_disk": disk_act,
             "disk_error": self.error(disk_est, disk_act),
+            "hours": e.get("hours"),
+            "actual_hours": a.hours,
+            "hours_error": self.error(e.get("hours") or 0.0, a.hours or 0.0),
         }
 
 
@@ -102,6 +106,28 @@ def store_size(store: str) -> int | None:
     return total
 
 
+def _compact(started_at: object) -> str:
+    """A run's ``started_at`` (2026-12-05T08:38:00Z) as an estimate id sorts (20261205T083800Z)."""
+    return str(started_at).replace("-", "").replace(":", "")
+
+
+def run_hours_after(out: str, estimate_id: str) -> float | None:
+    """Wall hours of the first run in ``out`` that started after estimate ``estimate_id``: its start-up and
+    its flow (the run the estimate was made for; a later rerun would take less). None without such a run."""
+    from ..query import connect
+
+    con = connect(out)
+    try:
+        rows = con.execute(
+            "SELECT run_id, any_value(started_at), sum(seconds) FILTER (WHERE stage IN ('startup', 'run')) "
+            "FROM runs WHERE subset = '_run' GROUP BY run_id ORDER BY run_id"
+        ).fetchall()
+    finally:
+        con.close()
+    after = [seconds for _run, started, seconds in rows if started and _compact(started) >= estimate_id]
+    return float(after[0]) / 3600 if after and after[0] else None
+
+
 def estimate_before_run(out: str) -> list[dict[str, Any]]:
     """The rows of the last estimate made before the latest run in ``out`` ([] when there is none)."""
     from ..query import connect
@@ -116,7 +142,7 @@ def estimate_before_run(out: str) -> list[dict[str, Any]]:
         started = con.execute("SELECT max(started_at) FROM runs").fetchone()
         if not started or not started[0]:
             return []
-        run_id = str(started[0]).replace("-", "").replace(":", "")  # 2026-12-05T08:38:00Z -> 20261205T083800Z
+        run_id = _compact(started[0])
         chosen = con.execute(
             "SELECT max(estimate_id) FROM estimates WHERE estimate_id <= $t", {"t": run_id}
         ).fetchone()
@@ -139,4 +165,7 @@ def versus_actual(out: str, store: str | None = None) -> list[Versus]:
     if not before:
         return []
     actual = actual_figures(out, store)
+    if TOTAL in actual:
+        hours = run_hours_after(out, str(before[0]["estimate_id"]))
+        actual[TOTAL] = replace(actual[TOTAL], hours=hours)
     return [Versus(r["subset"], r, actual[r["subset"]]) for r in before if r["subset"] in actual]

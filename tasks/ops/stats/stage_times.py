@@ -14,7 +14,14 @@ from typing import Any
 from ...manifests import OutputLayout
 from ...storage import atomic_write_bytes
 
-__all__ = ["RUN_WIDE", "StageTime", "batch_stage_times", "read_stage_times", "write_stage_times"]
+__all__ = [
+    "RUN_WIDE",
+    "StageTime",
+    "batch_stage_times",
+    "read_stage_times",
+    "write_outside_time",
+    "write_stage_times",
+]
 
 RUN_WIDE = "_run"  # the subset value of run-wide stages
 
@@ -81,6 +88,25 @@ def write_stage_times(
     return paths
 
 
+def write_outside_time(out: str, run_id: str, seconds: float, cores: int) -> str:
+    """The ``startup`` row of run ``run_id``: what its process spent outside the flow (services and imports
+    before it, the summary and the services' stop after it) on a cluster of ``cores`` CPUs, written by the
+    process that ran the flow (``vlmforge run``) once it has ended, as a part of its own
+    (``subset=_run/part-<run>-process.parquet``). The estimate's start-up (tasks/ops/estimate/hours.py)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ....schemas.tables import RUNS
+
+    layout = OutputLayout(out)
+    row = StageTime(RUN_WIDE, "startup", seconds, cores, "cores").row(run_id, None, None)
+    buf = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist([row], schema=RUNS), buf, compression="zstd")
+    path = f"{layout.table_dir('runs', RUN_WIDE)}/part-{run_id}-process.parquet"
+    atomic_write_bytes(layout.fs, path, buf.getvalue())
+    return path
+
+
 def batch_stage_times(subset: str, stats: Any) -> list[StageTime]:
     """Per-subset sub-stage rows from a subset's merged :class:`~vlmforge.tasks.batch.build.BatchStats`."""
     run = stats.batches - stats.skipped_batches
@@ -120,7 +146,7 @@ def read_stage_times(out: str, run_id: str | None = None) -> tuple[str | None, l
             return None, []
         table = con.execute(
             "SELECT * FROM runs WHERE run_id = $run ORDER BY subset = '_run' DESC, subset, "
-            "list_position(['staging','catalog','batches','setup','parse','media','tokens','write','gate','publish',"
+            "list_position(['startup','staging','catalog','batches','setup','parse','media','tokens','write','gate','publish',"
             "'validate','run'], stage), stage",
             {"run": run_id},
         ).to_arrow_table()
