@@ -31,8 +31,10 @@ demo: setup
 	$(VENV)/bin/vlmforge query out/demo "SELECT subset, status, count(*) AS samples, sum(total_tokens) AS tokens FROM samples GROUP BY ALL ORDER BY ALL"
 	@echo "next: $(VENV)/bin/vlmforge --help (or source $(VENV)/bin/activate, then vlmforge ...); README.md, 'Two commands'"
 
+# Two workers (pytest-xdist): most tests wait on a subprocess, a server or Ray for part of their time, so
+# two keep both cores busy; a module's tests run on one worker (tests/conftest.py groups them).
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 # The tests not marked slow; a test among them that starts Ray or a Prefect server fails, naming itself.
 check: setup

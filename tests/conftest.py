@@ -48,6 +48,17 @@ def pytest_configure(config: pytest.Config) -> None:
         _refuse_services()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test``: ``-n 2 --dist loadgroup``) a module's tests stay on one worker, so
+    its module fixtures (a reference run, a cluster) are made once; the Megatron-Bridge tests share one
+    group, as they share the session's Bridge runs and probe (``bridge_probed``)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            path = Path(str(item.fspath))
+            group = "training" if path.parent.name == "training" else str(path)
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 def _refuse_services() -> None:
     """In ``make check``, every way a test starts Ray or a Prefect server raises instead."""
     import prefect.testing.utilities
