@@ -38,7 +38,7 @@ test: setup
 
 # The tests not marked slow; a test among them that starts Ray or a Prefect server fails, naming itself.
 check: setup
-	VLMFORGE_CHECK=1 $(PY) -m pytest -q -m "not slow"
+	VLMFORGE_CHECK=1 $(PY) -m pytest -q -m "not slow" -n 2 --dist loadgroup
 
 lint: setup
 	$(VENV)/bin/ruff format --check .

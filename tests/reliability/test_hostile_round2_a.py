@@ -35,6 +35,7 @@ from earlier_subsets import assert_published, published_files
 from http_fixture import Fault, HttpFixture
 from PIL import Image
 from planted_values import short_scratch
+from test_hostile_recipes import LAUNCHER  # the child's own peak RSS (its comment says why)
 
 pytestmark = pytest.mark.slow
 
@@ -96,21 +97,6 @@ def tree(root: Path) -> dict[str, str]:
         elif p.is_file():
             out[key] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
-
-
-# The child's own peak RSS and its reaped descendants' (wait4): a small launcher forks the CLI so that
-# pytest's size is not counted (tests/reliability/test_hostile_recipes.py says why).
-LAUNCHER = """
-import os, sys
-report = int(sys.argv[1])
-pid = os.fork()
-if pid == 0:
-    os.close(report)
-    os.execv(sys.executable, [sys.executable, *sys.argv[2:]])
-_, status, usage = os.wait4(pid, 0)
-os.write(report, str(usage.ru_maxrss).encode())
-sys.exit(os.waitstatus_to_exitcode(status))
-"""
 
 
 def vlmforge_run(
@@ -369,16 +355,17 @@ def test_a_tar_member_claiming_more_than_the_tar_holds_is_its_rows_reject(
     assert (out / "energon" / "liar_tars").is_dir()  # the subset is published with its honest rows
 
 
+def media_of(out: Path, subset: str) -> dict[str, dict[str, Any]]:
+    """The subset's media rows by reference."""
+    sql = f"SELECT ref, status, fetch_status, fetch_detail FROM media WHERE subset = '{subset}'"
+    return {r["ref"]: r for r in rows(out, sql)}
+
+
 def test_a_backtracking_match_rejects_its_reference_within_the_batch_deadline(
     hostile_run: dict[str, Any],
 ) -> None:
     out = hostile_run["out"]
-    got = {
-        r["ref"]: r
-        for r in rows(
-            out, "SELECT ref, status, fetch_status, fetch_detail FROM media WHERE subset = 'evil_match'"
-        )
-    }
+    got = media_of(out, "evil_match")
     assert got["img/ok.jpg"]["status"] == "ok", got["img/ok.jpg"]
     evil = got[LONG_REF]
     assert evil["fetch_status"] == "match_budget" and "budget" in evil["fetch_detail"], evil
@@ -390,12 +377,7 @@ def test_a_hosts_retry_after_is_not_charged_to_its_waiting_references_as_timeout
     hostile_run: dict[str, Any],
 ) -> None:
     out = hostile_run["out"]
-    got = {
-        r["ref"]: r
-        for r in rows(
-            out, "SELECT ref, status, fetch_status, fetch_detail FROM media WHERE subset = 'retry_after'"
-        )
-    }
+    got = media_of(out, "retry_after")
     assert sorted(got) == WAITING, got
     assert all(r["fetch_status"] == "http_429" for r in got.values()), got  # none a `timeout`
     held = [ref for ref, r in got.items() if "not sent" in (r["fetch_detail"] or "")]
