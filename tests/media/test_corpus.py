@@ -49,6 +49,9 @@ from vlmforge.tasks.publish.publish import publish_subset
 
 pytestmark = [
     pytest.mark.corpus,
+    # ~1,100 third-party files through the media stage and `vlmforge validate`, fetched from PyPI at test
+    # time: an integration test, not the inner loop's (make check)
+    pytest.mark.slow,
     # the corpus is made of odd files: Pillow warns about many of them, on purpose
     pytest.mark.filterwarnings("ignore::UserWarning"),
     pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning"),
