@@ -107,9 +107,15 @@ def _arm() -> None:
 
 def _interruption(exc: BaseException) -> int | None:
     """The signal behind ``exc`` when it is an interruption: ours (:class:`RunInterrupted`), Prefect's
-    ``TerminationSignal`` (its SIGTERM handler, during a flow) or Ray's driver handler (``sys.exit(15)``)."""
+    ``TerminationSignal`` (its SIGTERM handler, during a flow), Ray's driver handler (``sys.exit(15)``), or
+    any error once this process was signalled. The handler raises wherever the main thread is, and code
+    there may wrap what it raised: pydantic's serializer, mid-``submit`` of a Ray task, reports it as a
+    ``PydanticSerializationError`` naming ``RunInterrupted``. Whatever fails after the signal fails because
+    of it, and the user asked to stop."""
     from prefect.exceptions import TerminationSignal
 
+    if _state.signum is not None and isinstance(exc, Exception):
+        return _state.signum
     if isinstance(exc, KeyboardInterrupt):
         return _state.signum or getattr(exc, "signum", None) or int(signal.SIGINT)
     if isinstance(exc, TerminationSignal):
