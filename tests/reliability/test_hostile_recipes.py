@@ -5,14 +5,10 @@ from ``getrusage``), and an error quoting a huge value stays short."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
+from measured_child import run_measured
 from pydantic import ValidationError
 
 from vlmforge.schemas.recipes import parse_recipe
@@ -49,56 +45,9 @@ def big_file() -> str:
     return "subset: bomb\nlicense: MIT\nsources: [{kind: release_tar}]\nnotes: '" + "x" * 2_000_000 + "'\n"
 
 
-# Linux counts the image a process replaced at exec in its ``ru_maxrss``: a child forked straight from pytest
-# process that has grown to 1.3 GB reports 1.3 GB however little it uses itself. This launcher is small; the
-# check it forks starts from its few MB, and it hands back that child's own ``wait4`` figures.
-LAUNCHER = """
-import os, sys
-report = int(sys.argv[1])
-pid = os.fork()
-if pid == 0:
-    os.close(report)
-    os.execv(sys.executable, [sys.executable, *sys.argv[2:]])
-_, status, usage = os.wait4(pid, 0)
-os.write(report, str(usage.ru_maxrss).encode())
-sys.exit(os.waitstatus_to_exitcode(status))
-"""
-
-
 def run_check(path: Path) -> tuple[int, str, float, float]:
-    """``vlmforge recipe check PATH`` in a child: (exit code, output, seconds, the child's own peak RSS in MB
-    from ``wait4``, taken by a small launcher so that pytest's own size is not counted)."""
-    log = path.with_suffix(".out")
-    cmd = [
-        sys.executable,
-        "-c",
-        LAUNCHER,
-        "{report}",
-        "-m",
-        "vlmforge.flows.cli",
-        "recipe",
-        "check",
-        str(path),
-    ]
-    read_end, write_end = os.pipe()
-    cmd[3] = str(write_end)
-    t0 = time.monotonic()
-    with log.open("wb") as handle:
-        child = subprocess.Popen(
-            cmd, stdout=handle, stderr=subprocess.STDOUT, pass_fds=(write_end,), start_new_session=True
-        )
-        os.close(write_end)
-        killer = threading.Timer(CHECK_TIMEOUT_S, os.killpg, (child.pid, 9))
-        killer.start()
-        try:
-            with os.fdopen(read_end, "rb") as report:
-                peak_kb = report.read().decode()
-            child.wait()
-        finally:
-            killer.cancel()
-    seconds = time.monotonic() - t0
-    assert peak_kb, f"the launcher reported no figures:\n{log.read_text(errors='replace')}"
-    return child.returncode, log.read_text(errors="replace"), seconds, int(peak_kb) / 1024
+    """``vlmforge recipe check PATH`` in a child: (exit code, output, seconds, its own peak RSS in MB)."""
+    return run_measured(["recipe", "check", str(path)], path.with_suffix(".out"), CHECK_TIMEOUT_S)
 
 
 @pytest.mark.parametrize(

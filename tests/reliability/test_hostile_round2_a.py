@@ -24,8 +24,6 @@ import os
 import subprocess
 import sys
 import tarfile
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,9 +31,9 @@ from typing import Any
 import pytest
 from earlier_subsets import assert_published, published_files
 from http_fixture import Fault, HttpFixture
+from measured_child import run_measured
 from PIL import Image
 from planted_values import short_scratch
-from test_hostile_recipes import LAUNCHER  # the child's own peak RSS (its comment says why)
 
 pytestmark = pytest.mark.slow
 
@@ -113,31 +111,7 @@ def vlmforge_run(
     env.pop("PREFECT_API_URL", None)
     if api:
         env["PREFECT_API_URL"] = api
-    read_end, write_end = os.pipe()
-    cmd = [sys.executable, "-c", LAUNCHER, str(write_end), "-m", "vlmforge.flows.cli", "run", *args]
-    t0 = time.monotonic()
-    with log.open("wb") as handle:
-        child = subprocess.Popen(
-            cmd,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            env=env,
-            pass_fds=(write_end,),
-            start_new_session=True,
-        )
-        os.close(write_end)
-        killer = threading.Timer(timeout, os.killpg, (child.pid, 9))
-        killer.start()
-        try:
-            with os.fdopen(read_end, "rb") as report:
-                peak_kb = report.read().decode()
-            child.wait()
-        finally:
-            killer.cancel()
-    seconds = time.monotonic() - t0
-    text = log.read_text(errors="replace")
-    assert peak_kb, f"the launcher reported no figures:\n{text[-3000:]}"
-    return child.returncode, text, seconds, int(peak_kb) / 1024
+    return run_measured(["run", *args], log, timeout, env)
 
 
 @pytest.fixture(scope="module")
