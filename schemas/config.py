@@ -90,6 +90,16 @@ class SourceOptions(_Options):
     license_allow: tuple[str, ...] = Field(
         default=(), description="only subsets under these licenses (SPDX ids or patterns, comma-separated)"
     )
+    # A trial run: the first N lines of each subset's JSONL; the rest are counted (subsets.beyond_limit), not
+    # processed. The batch plan covers those lines only, so the batch and publish fingerprints differ from a
+    # whole run's: a later run without it completes the subset.
+    limit: int | None = Field(
+        default=None,
+        gt=0,
+        description="at most N rows per subset, the first N lines of its JSONL (a trial run; the rest are "
+        "counted as beyond_limit, and the published subset is partial)",
+        json_schema_extra=flag("--limit", metavar="N"),
+    )
 
     _tuple = field_validator("source_configs", "subsets", mode="before")(_tuples)
 
