@@ -65,7 +65,11 @@ def check_disk(cfg: RunConfig, reserve: int, say: Callable[[str], None]) -> None
     if cfg.source.limit is not None:
         say("disk check: skipped for a trial run (--limit)")
         return
-    found = disk_need(cfg, reserve)
+    try:
+        found = disk_need(cfg, reserve)
+    except Exception as exc:  # noqa: BLE001 - a check that cannot estimate must not stop the run it guards
+        say(f"disk check: skipped, the estimate failed ({type(exc).__name__}: {exc})")
+        return
     if found is None:
         say(f"disk check: skipped, {cfg.out} is not a local folder")
         return
