@@ -70,6 +70,22 @@ def run(
             rich_help_panel="Execution",
         ),
     ] = False,
+    no_disk_check: Annotated[
+        bool,
+        typer.Option(
+            "--no-disk-check",
+            help="start even when the estimated disk of the run does not fit the output's free space",
+            rich_help_panel="Execution",
+        ),
+    ] = False,
+    disk_reserve: Annotated[
+        str | None,
+        typer.Option(
+            metavar="SIZE",
+            help="disk check: keep this much free on the output's file system as well (10GB, 1TB, ...)",
+            rich_help_panel="Execution",
+        ),
+    ] = None,
     **options: Any,
 ) -> None:
     """Catalog, parse, verify media, count tokens, gate and write Energon shards."""
@@ -94,6 +110,15 @@ def run(
 
     # every mistake that can be found before Prefect and Ray start is found here (one line, exit 2)
     cfg = preflight_run(cfg, say=_note)
+    if not no_disk_check:  # before anything is fetched: the estimated disk against the free space
+        from ..schemas.option_values import size_bytes
+        from .disk_check import check_disk
+
+        try:
+            reserve = size_bytes(disk_reserve) if disk_reserve else 0
+        except ValueError as exc:
+            raise UsageError(f"--disk-reserve: {exc}") from None
+        check_disk(cfg, reserve, say=_note)
     from .progress import terminal_progress
     from .summary import print_summary
 

@@ -73,6 +73,7 @@ def _window(cpus: int) -> int:
 def _outcome_columns(o: SubsetOutcome, cfg: RunConfig) -> dict[str, Any]:
     counts = ("ok", "rejected", "dropped", "text_tokens", "visual_tokens")
     return {c: getattr(o.stats, c) for c in counts} | {
+        "beyond_limit": o.beyond_limit,
         "published": o.published,
         "gate": o.gate,
         "skip_gate": cfg.gate.skip_gate,
@@ -89,6 +90,7 @@ def _catalog(cfg: RunConfig) -> list[SubsetEntry]:
         recipe_fingerprints=recipe_fingerprints_of(cfg.source.subsets, cfg.media.catalogs) or None,
         batch_media=cfg.batches.batch_media,
         min_batches=_window(_cluster_cpus(cfg)),  # a small release still gives every core work to the end
+        limit=cfg.source.limit,
     )
     return entries if cfg.source.subsets else with_recipe_fingerprints(entries, cfg.media.catalogs)
 
@@ -104,12 +106,31 @@ def run_release(cfg: RunConfig, run_id: str | None = None) -> RunSummary:
     run = _Run.start(cfg, run_id)
     work, entries, previous = _catalog_stage(run, cfg)
     summary = RunSummary(run_id=run.run_id, out=work.out)
-    summary.subsets = [SubsetOutcome(e.subset, e.license, BatchStats()) for e in entries]
+    summary.subsets = [
+        SubsetOutcome(e.subset, e.license, BatchStats(), beyond_limit=e.beyond_limit) for e in entries
+    ]
     _work_stage(run, work, entries, summary)
+    _note_partial(run, cfg, summary)
     publish_metadataset(run.layout)
     _note_empty_splits(run, work, summary)
     _report(run, cfg, summary, entries, previous)
     return summary
+
+
+def _note_partial(run: _Run, cfg: RunConfig, summary: RunSummary) -> None:
+    """A trial run (``--limit``) says which subsets it left partial, in their gate column and once in the log:
+    their rows beyond the limit are neither ok nor rejected, and a run without ``--limit`` completes them."""
+    partial = [o for o in summary.subsets if o.beyond_limit]
+    for o in partial:
+        o.gate += f" (partial: --limit {cfg.source.limit}, {o.beyond_limit:,} rows beyond it)"
+    if partial:
+        run.logger.warning(
+            "trial run (--limit %d): %d subset(s) partial, %s rows not taken; run without --limit to "
+            "complete them",
+            cfg.source.limit,
+            len(partial),
+            f"{sum(o.beyond_limit for o in partial):,}",
+        )
 
 
 def _note_empty_splits(run: _Run, cfg: RunConfig, summary: RunSummary) -> None:

@@ -31,6 +31,8 @@ class SubsetOutcome:
     error: str | None = None
     # nothing changed since its last publish: not gated, published or read back again (flows/pipeline.py)
     unchanged: bool = False
+    # lines of the JSONL a trial run (--limit) left out: the subset's outcome is partial
+    beyond_limit: int = 0
 
 
 @dataclass
@@ -101,6 +103,14 @@ def print_summary(summary: RunSummary) -> None:
         read_now = [s.subset for s in summary.subsets if s.unchanged and s.validation != "unchanged"]
         if read_now:  # published by a run stopped before its read-back
             console.print(f"read back now (a stopped run had not): {', '.join(read_now)}", highlight=False)
+    partial = [s for s in summary.subsets if s.beyond_limit]
+    if partial:  # rows = ok + rej + drop + beyond the limit
+        left = ", ".join(f"{s.subset} {s.beyond_limit:,}" for s in partial)
+        console.print(
+            f"partial (--limit): rows beyond the limit, not taken: {left}; a run without --limit "
+            "completes them",
+            highlight=False,
+        )
 
 
 def summary_markdown(summary: RunSummary) -> str:

@@ -90,6 +90,16 @@ class SourceOptions(_Options):
     license_allow: tuple[str, ...] = Field(
         default=(), description="only subsets under these licenses (SPDX ids or patterns, comma-separated)"
     )
+    # A trial run: the first N lines of each subset's JSONL; the rest are counted (subsets.beyond_limit), not
+    # processed. The batch plan covers those lines only, so the batch and publish fingerprints differ from a
+    # whole run's: a later run without it completes the subset.
+    limit: int | None = Field(
+        default=None,
+        gt=0,
+        description="at most N rows per subset, the first N lines of its JSONL (a trial run; the rest are "
+        "counted as beyond_limit, and the published subset is partial)",
+        json_schema_extra=flag("--limit", metavar="N"),
+    )
 
     _tuple = field_validator("source_configs", "subsets", mode="before")(_tuples)
 
@@ -143,6 +153,15 @@ class FetchOptions(_Options):
         json_schema_extra=flag("--env-allow", metavar="NAME"),
     )
 
+    # None: vlmforge's own (tasks/fetch/opt_out.py: DEFAULT_USER_AGENT). Its first word is the token an
+    # ``X-Robots-Tag: <token>: noai`` names.
+    user_agent: str | None = Field(
+        default=None,
+        min_length=1,
+        description="User-Agent of HTTP fetches (default: vlmforge/<version> (compatible; vlmforge; ...)); "
+        "its product token is the crawler name X-Robots-Tag directives may address",
+    )
+
     _env_tuple = field_validator("env_allow", mode="before")(_tuples)
 
 
@@ -188,6 +207,14 @@ class MediaOptions(_Options):
         default=(),
         description="also accept images in this Pillow format (XPM, FITS, ...; repeatable; list in README)",
         json_schema_extra=flag("--accept-image-format"),
+    )
+
+    # An upstream's X-Robots-Tag noai / noimageai / noindex / noimageindex (img2dataset's defaults) rejects
+    # the reference (opted_out). It decides which media a batch may use: part of the batch fingerprint.
+    ignore_robots_tag: bool = Field(
+        default=False,
+        description="fetch media whose server answers X-Robots-Tag noai, noimageai, noindex or noimageindex "
+        "(otherwise: rejected, opted_out); only for your own servers",
     )
 
     _tuple = field_validator(

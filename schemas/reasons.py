@@ -145,6 +145,9 @@ REASONS: Final[dict[str, Reason]] = {
             "source_error": "anything else a source raised, with its message",
             "match_budget": "a recipe source's `match` regex was not run to its end on the reference: over "
             "4,096 characters, or past its 0.25 s budget (a pattern that backtracks)",
+            "opted_out": "the server's `X-Robots-Tag` forbids this use (noai, noimageai, noindex, "
+            "noimageindex, for every crawler or for our User-Agent's token): the body is neither read nor "
+            "stored (--ignore-robots-tag: your own servers only)",
         },
     ),
 }

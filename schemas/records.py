@@ -87,6 +87,9 @@ class SubsetEntry:
     # Rows whose id (as an Energon key) repeats an earlier row's with different content:
     # (line, earlier line, distinct key). Kept under that key and flagged.
     id_conflicts: tuple[tuple[int, int, str], ...] = ()
+    # Lines after the first ``rows`` that a trial run (``--limit``) leaves out: the JSONL has
+    # ``rows + beyond_limit`` lines, and the batch plan covers the first ``rows``.
+    beyond_limit: int = 0
 
     def duplicates_in(self, first_line: int, last_line: int) -> dict[int, int]:
         """``duplicate_rows`` of lines ``first_line..last_line`` (one batch) as line -> earlier line."""

@@ -51,6 +51,9 @@ SUBSETS = pa.schema(
         pa.field("license_changed_at", pa.string()),  # UTC ISO time of the run that saw the change
         pa.field("license_changed_run", pa.string()),  # run id that saw the change
         pa.field("skip_gate", pa.bool_()),  # published with --skip-gate (debugging)
+        # lines a trial run (--limit N) left out: rows = ok + rejected + dropped + beyond_limit; above 0, the
+        # published subset is partial
+        pa.field("beyond_limit", pa.int64()),
     ]
 )
 

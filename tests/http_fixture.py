@@ -35,13 +35,14 @@ class Fault:
     """How a path misbehaves. ``times``: only the first N requests misbehave (None: all of them)."""
 
     # 401 403 404 429 500 502 503 slow stall truncated cut bad_length html hang no_range chunked redirect
-    # delay reset (RST before any response)
+    # delay reset (RST before any response) headers (the file, with ``headers`` added to the answer)
     kind: str
     times: int | None = None
     retry_after: str | None = None
     delay: float = 0.0
     target: str | None = None  # redirect Location
     pieces: int = 10  # slow: body sent in this many pieces, ``delay`` apart
+    headers: tuple[tuple[str, str], ...] = ()  # headers: sent with the file, each pair as one header line
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class Request:
     range: str | None
     host: str | None = None
     authorization: str | None = None
+    user_agent: str | None = None
     fault: str | None = None  # the fault injected into this request, if any
     status: int = 0
     sent: int = 0
@@ -115,6 +117,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.headers.get("Range"),
             host=self.headers.get("Host"),
             authorization=self.headers.get("Authorization"),
+            user_agent=self.headers.get("User-Agent"),
             t_start=time.monotonic(),
         )
         with st.lock:
@@ -171,7 +174,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(rec, body)
         rec.complete = True
 
-    def _file(self, rec: Request, data: bytes, head: bool, honour_range: bool) -> None:
+    def _file(
+        self,
+        rec: Request,
+        data: bytes,
+        head: bool,
+        honour_range: bool,
+        extra: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         rng = self.headers.get("Range") if honour_range else None
         start, end = 0, len(data) - 1
         status = 200
@@ -197,6 +207,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Accept-Ranges", "bytes")
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+        for k, v in extra:
+            self.send_header(k, v)
         self.end_headers()
         if not head:
             self._send(rec, body)
@@ -223,6 +235,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._simple(rec, 302, b"", "text/plain", {"Location": f.target or "/"})
         elif kind == "no_range":
             self._file(rec, data, head, honour_range=False)
+        elif kind == "headers":
+            self._file(rec, data, head, honour_range=True, extra=f.headers)
         elif kind == "delay":
             time.sleep(f.delay)
             self._file(rec, data, head, honour_range=True)

@@ -89,7 +89,9 @@ class MediaStep:
         refs = sorted({m.ref for r in records for m in r.media})
         if self.recipe is None or not refs:
             return
-        options = FetchKnobs.for_run(self.cfg.fetch, self.host_share)
+        options = FetchKnobs.for_run(
+            self.cfg.fetch, self.host_share, honour_robots_tag=not self.cfg.media.ignore_robots_tag
+        )
         context = FetchContext(
             self.entry.path, self.entry.media_tars, self.cfg.media.media_roots, self.cfg.fetch.env_allow
         )

@@ -177,6 +177,10 @@ def plan_refresh(
             plan.changes.append(SubsetChange(entry.subset, "rerun", ("new subset",)))
             continue
         reasons = change_reasons(entry, prev)
+        if not reasons and prev.get("beyond_limit"):
+            reasons = [
+                f"partial: a trial run (--limit) left {prev['beyond_limit']} of {prev.get('rows')} rows out"
+            ]
         if not reasons and retry_unpublished and not prev.get("published"):
             reasons = [f"last run was not published ({prev.get('gate') or 'no gate result'})"]
         action = "rerun" if reasons else "unchanged"
@@ -209,7 +213,7 @@ def catalog_columns(
         "license": entry.license,
         "license_text": entry.license_text,
         "media_tars": len(entry.media_tars),
-        "rows": entry.rows,
+        "rows": entry.rows + entry.beyond_limit,  # the JSONL's lines, taken or not (--limit)
         "revision": entry.revision,
         "release": entry.release,
         "media_sources": list(entry.media_sources),
@@ -349,5 +353,6 @@ def refresh_config(
         subsets=tuple(subsets),
         storage_options=dict(storage_options or {}),
         license_allow=tuple(license_allow),
+        limit=None,  # a refresh completes what a trial run (--limit) left partial
     )
     return RunConfig(**options)

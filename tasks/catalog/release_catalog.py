@@ -54,6 +54,7 @@ def catalog_release(
     dedup: bool = True,
     batch_media: int | None = None,
     min_batches: int = 1,
+    limit: int | None = None,
 ) -> list[SubsetEntry]:
     """Catalog every subset of ``release`` (or the named ones), without touching media.
 
@@ -61,7 +62,8 @@ def catalog_release(
     entry. ``recipe_fingerprints`` (subset -> :func:`recipe_fingerprint` of its media recipe) lets a
     refresh see a recipe change. Batches hold at most ``batch_lines`` lines and ``batch_media`` media
     references, and the release is cut into at least ``min_batches`` when it has the lines
-    (``batch_plan.py``): each of its N subsets into at least ``ceil(min_batches / N)``.
+    (``batch_plan.py``): each of its N subsets into at least ``ceil(min_batches / N)``. With ``limit`` (a
+    trial run) each subset's entry covers its first ``limit`` lines and counts the rest (``beyond_limit``).
     """
     options = dict(storage_options or {})
     fs, root = _open_release(release, options)
@@ -80,7 +82,7 @@ def catalog_release(
     # The split keeps every core busy to the end of a small run. Other subsets' batches do that as well as
     # a subset's own: 76 subsets each split for a 2-core window made ~300 batch tasks of a few rows each out
     # of 5,000 images (each a Prefect task run and three manifest parts), ~3 CPU-s a subset.
-    plan = _Plan(batch_lines, batch_media, -(-min_batches // max(1, len(names))), dedup)
+    plan = _Plan(batch_lines, batch_media, -(-min_batches // max(1, len(names))), dedup, limit)
     return [_subset_entry(fs, root, name, url, plan, recipes.get(name), common) for name in names]
 
 
@@ -90,6 +92,7 @@ class _Plan:
     batch_media: int | None
     min_batches: int
     dedup: bool
+    limit: int | None = None
 
 
 def _open_release(release: str, options: dict[str, Any]) -> tuple[AbstractFileSystem, str]:
@@ -161,6 +164,7 @@ def _subset_entry(
         dedup=plan.dedup,
         batch_media=plan.batch_media,
         min_batches=plan.min_batches,
+        limit=plan.limit,
     )
     return SubsetEntry(
         subset=name,
@@ -179,6 +183,7 @@ def _subset_entry(
         media_recipe_sha256=recipe_sha256,
         duplicate_rows=scan.duplicate_rows,
         id_conflicts=scan.id_conflicts,
+        beyond_limit=scan.beyond_limit,
         **common,
     )
 

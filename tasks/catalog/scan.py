@@ -44,6 +44,7 @@ class JsonlScan:
     duplicate_rows: tuple[tuple[int, int], ...] = ()
     id_conflicts: tuple[tuple[int, int, str], ...] = ()
     first_lines: tuple[int, ...] = ()  # the first line (1-based) of each batch
+    beyond_limit: int = 0  # lines after ``limit`` (``rows`` counts the lines taken, the plan covers them)
 
 
 def iter_lines(
@@ -90,12 +91,15 @@ def scan_subset_jsonl(
     dedup: bool = True,
     batch_media: int | None = None,
     min_batches: int = 1,
+    limit: int | None = None,
 ) -> JsonlScan:
     """Hash, count, plan batches and (with ``dedup`` and a ``subset`` name) find duplicates in one pass.
 
     Batches hold at most ``batch_lines`` lines and (when given) ``batch_media`` media references (a line
     alone over it is a batch of its own), at least ``min_batches`` of them when the subset has the lines.
     A final line without a trailing newline counts as a line; a trailing newline does not start one.
+    With ``limit``, the plan, ``rows`` and the duplicates cover the first ``limit`` lines only (the plan ends
+    where line ``limit + 1`` starts) and ``beyond_limit`` counts the others; the hash is still the file's.
     """
     h = hashlib.sha256()
     planner = BatchPlanner(batch_lines, batch_media, min_batches)
@@ -104,8 +108,13 @@ def scan_subset_jsonl(
     key_h = array("q")
     total = [0]
     name = subset if dedup else None  # the subset to find duplicates in (None: no duplicate search)
+    cut: int | None = None  # where the line after the limit starts
     for line, raw, start in iter_lines(fs, path, h, total):
         rows = line
+        if limit is not None and line > limit:
+            if cut is None:
+                cut = start
+            continue  # read for the hash and the count only
         planner.add(line, start, raw)
         if name is None:
             continue
@@ -119,11 +128,19 @@ def scan_subset_jsonl(
         sid = line_id(raw)
         key_h.append(hash64(sanitize_key(name, sid)) if sid is not None else 0)
     size = total[0]
-    plan = planner.plan(size, rows)
+    taken = rows if limit is None else min(rows, limit)
+    plan = planner.plan(size if cut is None else cut, taken)
+    beyond = rows - taken
     if name is None:
-        return JsonlScan(h.hexdigest(), size, rows, plan.offsets, first_lines=plan.first_lines)
+        return JsonlScan(
+            h.hexdigest(), size, taken, plan.offsets, first_lines=plan.first_lines, beyond_limit=beyond
+        )
     duplicates, conflicts = resolve_duplicates(lambda: iter_lines(fs, path), name, row_h, key_h)
-    return JsonlScan(h.hexdigest(), size, rows, plan.offsets, duplicates, conflicts, plan.first_lines)
+    duplicates = tuple(d for d in duplicates if d[0] <= taken)  # an earlier line is always a taken one
+    conflicts = tuple(c for c in conflicts if c[0] <= taken)
+    return JsonlScan(
+        h.hexdigest(), size, taken, plan.offsets, duplicates, conflicts, plan.first_lines, beyond
+    )
 
 
 def scan_jsonl(fs: AbstractFileSystem, path: str, batch_lines: int) -> tuple[str, int, int, tuple[int, ...]]:

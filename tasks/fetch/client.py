@@ -28,6 +28,7 @@ from .failures import (
     HTML_PAGE,
     HTTP_4XX,
     NOT_MEDIA,
+    OPTED_OUT,
     SOURCE_ERROR,
     TIMEOUT,
     TOO_LARGE,
@@ -39,6 +40,7 @@ from .failures import (
     status_error,
 )
 from .hosts import HostTable
+from .opt_out import DEFAULT_USER_AGENT, DISALLOWED_DIRECTIVES, opted_out, robots_token
 from .redirects import DEFAULT_POLICY, redirect_refusal, same_origin
 from .request_watch import WatchedHTTPConnection, WatchedHTTPSConnection, watched
 from .retry import RetryPolicy, parse_retry_after
@@ -106,7 +108,9 @@ class HttpOptions:
     breaker_failures: int = 20  # consecutive transient failures that open a host's circuit
     breaker_cooldown: float = 120.0  # seconds a circuit stays open before one probe is let through
     max_redirects: int = 5
-    user_agent: str = "vlmforge/0.1 (media fetch for VLM training data; polite: per-host limits, backoff)"
+    user_agent: str = DEFAULT_USER_AGENT
+    # X-Robots-Tag directives that opt a media answer out (opt_out.py); () honours none
+    disallowed_directives: tuple[str, ...] = DISALLOWED_DIRECTIVES
     resolver: Resolver | None = None
     seed: int | None = None  # jitter seed (tests)
 
@@ -364,6 +368,7 @@ class HttpClient:
         if ask.method == "HEAD":
             r.drain_conn()
             return Response(url, status, hdrs, b"", 0, attempts=1)
+        self._check_opt_out(r, url)
         total_size = None
         if ask.ranged:
             if status != 206:
@@ -389,6 +394,17 @@ class HttpClient:
             raise FetchError(TRUNCATED, f"range returned {n} bytes, asked for {byte_range}", url=url)
         body = buf.value() if buf is not None else b""
         return Response(url, status, hdrs, body, n, attempts=1, total_size=total_size)
+
+    def _check_opt_out(self, r: urllib3.BaseHTTPResponse, url: str) -> None:
+        """An answer whose X-Robots-Tag forbids our use is ``opted_out``: its body is never read."""
+        directives = self.options.disallowed_directives
+        if not directives:
+            return
+        token = robots_token(self.options.user_agent)
+        found = opted_out(r.headers.getlist("X-Robots-Tag"), token, directives)
+        if found is not None:
+            discard(r)
+            raise FetchError(OPTED_OUT, f"X-Robots-Tag {found}", url=url)
 
     def _read_body(
         self,

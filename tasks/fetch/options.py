@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from ...schemas.config import FetchOptions
 from .client import HttpOptions
+from .opt_out import DEFAULT_USER_AGENT, DISALLOWED_DIRECTIVES
 
 
 @dataclass(frozen=True)
@@ -29,12 +30,18 @@ class FetchKnobs:
     host_share: int = 1
 
     @classmethod
-    def for_run(cls, run: FetchOptions, host_share: int) -> FetchKnobs:
+    def for_run(cls, run: FetchOptions, host_share: int, *, honour_robots_tag: bool = True) -> FetchKnobs:
         """The knobs of a run's fetch options (``--fetch-concurrency``, ``--fetch-per-host``, the batch
-        deadline) for one of ``host_share`` batches fetching at once."""
+        deadline, the User-Agent) for one of ``host_share`` batches fetching at once; ``honour_robots_tag``
+        False (``--ignore-robots-tag``) turns the X-Robots-Tag opt-outs off."""
         return cls(
             concurrency=run.fetch_concurrency,
-            http=HttpOptions(per_host=run.fetch_per_host, request_timeout=run.fetch_request_timeout),
+            http=HttpOptions(
+                per_host=run.fetch_per_host,
+                request_timeout=run.fetch_request_timeout,
+                user_agent=run.user_agent or DEFAULT_USER_AGENT,
+                disallowed_directives=DISALLOWED_DIRECTIVES if honour_robots_tag else (),
+            ),
             batch_timeout=run.fetch_batch_timeout,
             host_share=host_share,
         )

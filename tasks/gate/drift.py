@@ -71,7 +71,7 @@ def _published_counts(layout: OutputLayout, path: str, run_id: str, subset: str)
         entry = next(s for s in summary["subsets"] if s["subset"] == subset)
     except (OSError, ValueError, KeyError, TypeError, StopIteration):
         return None
-    if not entry.get("published"):
+    if not entry.get("published") or entry.get("beyond_limit"):  # a trial run (--limit) sets no baseline
         return None
     stats = entry.get("stats") or {}
     try:

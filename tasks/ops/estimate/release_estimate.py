@@ -47,6 +47,9 @@ class EstimateOptions:
     seed: int = 0
     cores: int = 0  # 0: this machine's
     bandwidth: float = DEFAULT_BANDWIDTH  # bytes per second
+    # False: read the output folder (its store, an earlier run's ratios and rates) but write nothing there
+    # (the run's own disk check: its estimate is not the user's)
+    write_table: bool = True
 
 
 @dataclass
@@ -142,7 +145,7 @@ def estimate_release(opts: EstimateOptions) -> Estimate:
         settings=json.dumps(settings, sort_keys=True),
     )
     result = Estimate(rows, estimate_id, settings)
-    if opts.out:
+    if opts.out and opts.write_table:
         result.table_paths = write_estimates(opts.out, estimate_id, rows)
         result.versus = versus_actual(opts.out, cfg.fetch.store)
     return result
