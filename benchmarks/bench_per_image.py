@@ -24,6 +24,7 @@ Figures are per image, averaged over the corpus (its size mix), and per size cla
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 import tempfile
@@ -206,6 +207,81 @@ def decode_floor(files: list[bytes], decode: str, clock: Clock) -> None:
             )
 
 
+def pixel_difference(files: dict[str, bytes], max_pixels: Callable[[int, int], int]) -> dict[str, float]:
+    """``reduced`` against ``exact`` over ``files``: the lowest and the mean PSNR (dB) and the largest error
+    of one channel (levels) of the published pixels, over the images both paths downsize; the sizes must be
+    equal. ``max_pixels(w, h)``: the limit each image is run with."""
+    import numpy as np
+    from PIL import Image
+
+    from vlmforge.tasks.geometry.resize_rule import smart_resize
+    from vlmforge.tasks.media.image import process_image
+
+    psnrs, worst, n = [], 0.0, 0
+    for data in files.values():
+        try:
+            w, h = Image.open(io.BytesIO(data)).size
+        except Exception:  # noqa: BLE001 - not an image Pillow opens: the paths reject it alike
+            continue
+        limit = max_pixels(w, h)
+        out = {}
+        for decode in ("exact", "reduced"):
+            res = process_image(
+                data,
+                target_size=lambda hh, ww, m=limit: smart_resize(hh, ww, 28, 56 * 56, m),
+                max_pixels=limit,
+                decode=decode,
+            )
+            out[decode] = res
+        e, r = out["exact"], out["reduced"]
+        assert (e.status, e.out_width, e.out_height) == (r.status, r.out_width, r.out_height), (e, r)
+        if e.status != "ok" or e.kept_original or e.out_bytes is None or r.out_bytes is None:
+            continue
+        a = np.asarray(Image.open(io.BytesIO(e.out_bytes)).convert("RGB"), np.float64)
+        b = np.asarray(Image.open(io.BytesIO(r.out_bytes)).convert("RGB"), np.float64)
+        mse = float(((a - b) ** 2).mean())
+        psnrs.append(99.0 if mse == 0 else 10 * np.log10(255**2 / mse))
+        worst = max(worst, float(np.abs(a - b).max()))
+        n += 1
+    if not psnrs:
+        return {"images": 0}
+    return {"images": n, "psnr_min": min(psnrs), "psnr_mean": sum(psnrs) / n, "max_error": worst}
+
+
+def acceptance_media() -> dict[str, bytes]:
+    """The acceptance media's JPEGs and WebPs: Pillow's test images (tests/media/corpus_fixture.py's cache,
+    when a test run has filled it) and ../shared/testdata/real-media (when present)."""
+    cache = Path(os.environ.get("VLMFORGE_TEST_CORPUS", Path.home() / ".cache" / "vlmforge-test-corpus"))
+    folders = [*cache.glob("pillow-*-Tests_images"), REPO.parent / "shared" / "testdata" / "real-media"]
+    return {
+        str(p): p.read_bytes()
+        for folder in folders
+        if folder.is_dir()
+        for p in sorted(folder.rglob("*"))
+        if p.suffix.lower() in (".jpg", ".jpeg", ".webp") and p.is_file()
+    }
+
+
+def report_pixels(files: list[bytes]) -> None:
+    print("\n### `--decode reduced` against `exact`: the published pixels of downsized images\n")
+    print("| media | limit | images | lowest PSNR (dB) | mean PSNR (dB) | largest error (levels) |")
+    print("|---|---|--:|--:|--:|--:|")
+    corpus = {str(i): d for i, d in enumerate(files)}
+    accept = acceptance_media()
+    rows = [
+        ("benchmark corpus", "--max-pixels 1048576", corpus, lambda w, h: 1_048_576),
+        ("acceptance media", "a third of each image's pixels", accept, lambda w, h: max(w * h // 3, 3136)),
+        ("acceptance media", "a sixth", accept, lambda w, h: max(w * h // 6, 3136)),
+    ]
+    for name, limit, media, rule in rows:
+        d = pixel_difference(media, rule)
+        if d["images"]:
+            print(
+                f"| {name} ({len(media)} files) | {limit} | {d['images']:.0f} | {d['psnr_min']:.1f} | "
+                f"{d['psnr_mean']:.1f} | {d['max_error']:.0f} |"
+            )
+
+
 def report(clock: Clock, n: int, paths: list[str], kernels: dict[str, tuple[float, float, int]]) -> None:
     counts = [sum(1 for i in range(n) if bench_run._base_of(i)[0] == c) for c in range(3)]
     for decode in paths:
@@ -244,6 +320,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=int, default=400)
     ap.add_argument("--decode", choices=("exact", "reduced", "both"), default="both")
+    ap.add_argument("--pixels-only", action="store_true", help="only reduced's pixel difference from exact")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "vlmforge-bench"))
     a = ap.parse_args()
@@ -251,6 +328,9 @@ def main() -> None:
     paths = ["exact", "reduced"] if a.decode == "both" else [a.decode]
     root = bench_run.make_corpus(a.images, a.seed, Path(a.cache))
     files = [(root / "img" / f"{i:06d}.jpg").read_bytes() for i in range(a.images)]  # page cache
+    if a.pixels_only:
+        report_pixels(files)
+        return
     clock = Clock()
     kernels = {}
     with tempfile.TemporaryDirectory(prefix="bench-per-image-") as d:
@@ -267,6 +347,7 @@ def main() -> None:
         finally:
             srv.close()
     report(clock, a.images, paths, kernels)
+    report_pixels(files)
     print(f"\nload at the end {os.getloadavg()[0]:.2f}; median phase figures move with the machine's load")
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-from PIL import Image
+from PIL import Image, ImageFile
 
 __all__ = ["DECODE_PATHS", "DecodePath"]
 
@@ -30,7 +30,7 @@ def _exact(img: Image.Image, size: tuple[int, int]) -> None:
 
 
 def _reduced(img: Image.Image, size: tuple[int, int]) -> None:
-    if img.draft("RGB", size) is not None:
+    if img.draft("RGB", size) is not None and isinstance(img, ImageFile.ImageFile):
         # Pillow's JPEG decoder takes (scale, draft): draft selects JDCT_FASTEST and no fancy upsampling
         img.decoderconfig = (img.decoderconfig[0], 1)
 
