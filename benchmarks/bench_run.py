@@ -4,6 +4,7 @@ nginx on 127.0.0.1; and the fixed cost and row scaling of the real CLI (issue 22
     .venv/bin/python benchmarks/bench_run.py --images 1000,5000,20000 --reps 3   # vlmforge vs img2dataset
     .venv/bin/python benchmarks/bench_run.py --images 5000 --i2d-variant          # + keep_ratio_largest
     .venv/bin/python benchmarks/bench_run.py --images 5000,20000 --kernel         # + the media kernel alone
+    .venv/bin/python benchmarks/bench_run.py --images 1000,5000 --reduced --reps 2  # marginal + fixed cost
     .venv/bin/python benchmarks/bench_run.py --fixed-cost --reps 3                # empty and 10-line subset
     .venv/bin/python benchmarks/bench_run.py --fixed-cost --services              # against running services
     .venv/bin/python benchmarks/bench_run.py --text-rows 5000,20000,200000         # text-only rows
@@ -469,11 +470,18 @@ def text_lines(n: int) -> list[str]:
     return out
 
 
-def run_vlmforge(a: argparse.Namespace, release: Path, recipes: Path | None, work: Path, tag: str) -> dict:
+def run_vlmforge(
+    a: argparse.Namespace,
+    release: Path,
+    recipes: Path | None,
+    work: Path,
+    tag: str,
+    extra: list[str] | None = None,
+) -> dict:
     out = work / f"out-{tag}"
     cmd = [a.vlmforge, "run", str(release), "--out", str(out), "--max-pixels", str(a.max_pixels)]
     cmd += ["--recipes", str(recipes)] if recipes else []
-    cmd += a.vlmforge_arg
+    cmd += a.vlmforge_arg + (extra or [])
     env, services = (SERVICES.env, SERVICES.proc) if SERVICES is not None else ({}, None)
     r = measure(cmd, clean_env(**env), work, tag, services)
     r["ok"], r["failures"] = 0, {}
@@ -642,6 +650,7 @@ def images_mode(a: argparse.Namespace, sizes: list[int], tmp: Path) -> dict:
         print(f"img2dataset: skipped ({'--skip-i2d' if a.skip_i2d else a.i2d_python + ' not found'})")
     tools = (
         ["vlmforge"]
+        + (["vlmforge-reduced"] if a.reduced else [])
         + (["vlmforge-kernel"] if a.kernel else [])
         + (["img2dataset"] + (["img2dataset-largest-skip"] if a.i2d_variant else []) if have_i2d else [])
     )
@@ -669,6 +678,8 @@ def images_mode(a: argparse.Namespace, sizes: list[int], tmp: Path) -> dict:
                     tag = f"{tool}-{rep}"
                     if tool == "vlmforge":
                         r = run_vlmforge(a, release, recipes, work, tag)
+                    elif tool == "vlmforge-reduced":
+                        r = run_vlmforge(a, release, recipes, work, tag, ["--decode", "reduced"])
                     elif tool == "vlmforge-kernel":
                         r = run_kernel(a, url_file, work, tag)
                     else:
@@ -699,7 +710,37 @@ def images_mode(a: argparse.Namespace, sizes: list[int], tmp: Path) -> dict:
             print(f"| {size} | {r['images_per_s']:.2f}x | {r['peak_rss']:.2f}x | {r['peak_pss']:.2f}x |")
     if a.kernel:
         print_kernel_bound(by_size)
+    if len(by_size) >= 2:
+        print_marginal(by_size)
     return {"server": srv.kind, "images": by_size}
+
+
+def print_marginal(by_size: dict[str, dict]) -> None:
+    """The cost of one more image (the difference between the smallest and the largest size, over the
+    difference in images) and the fixed cost (the smallest size's cost less its images at the marginal
+    rate), per tool, wall and whole-tree CPU, each tool against img2dataset's marginal figures."""
+    sizes = sorted(by_size, key=int)
+    n1, n2 = int(sizes[0]), int(sizes[-1])
+    print(f"\nmarginal cost per image ({n1:,} -> {n2:,} images) and fixed cost, means over repetitions\n")
+    print("| tool | marginal wall (ms) | marginal CPU (ms) | fixed wall (s) | fixed CPU-s | "
+          "marginal speed vs img2dataset | marginal CPU vs img2dataset |")  # fmt: skip
+    print("|---|--:|--:|--:|--:|--:|--:|")
+    marginal: dict[str, tuple[float, float, float, float]] = {}
+    for tool in by_size[sizes[0]]:
+        if tool not in by_size[sizes[-1]]:
+            continue
+        lo, hi = by_size[sizes[0]][tool], by_size[sizes[-1]][tool]
+        w1, w2 = statistics.mean(lo["wall_s"]), statistics.mean(hi["wall_s"])
+        c1, c2 = statistics.mean(lo["cpu_s"]), statistics.mean(hi["cpu_s"])
+        mw, mc = (w2 - w1) / (n2 - n1), (c2 - c1) / (n2 - n1)
+        marginal[tool] = (mw, mc, w1 - n1 * mw, c1 - n1 * mc)
+    peer = marginal.get("img2dataset")
+    for tool, (mw, mc, fw, fc) in marginal.items():
+        speed = f"{peer[0] / mw:.2f}x" if peer and mw > 0 else "n/a"
+        cpu = f"{mc / peer[1]:.2f}x" if peer and peer[1] > 0 else "n/a"
+        print(f"| {tool} | {mw * 1e3:.1f} | {mc * 1e3:.1f} | {fw:.1f} | {fc:.1f} | {speed} | {cpu} |")
+        by_size[sizes[-1]][tool]["marginal"] = {"wall_ms": mw * 1e3, "cpu_ms": mc * 1e3, "fixed_wall_s": fw,
+                                                "fixed_cpu_s": fc}  # fmt: skip
 
 
 def print_kernel_bound(by_size: dict[str, dict]) -> None:
@@ -766,6 +807,7 @@ def main() -> None:
     ap.add_argument("--i2d-threads", type=int, default=16)
     ap.add_argument("--i2d-variant", action="store_true", help="also keep_ratio_largest + skip_reencode")
     ap.add_argument("--skip-i2d", action="store_true")
+    ap.add_argument("--reduced", action="store_true", help="also `vlmforge run --decode reduced`")
     ap.add_argument(
         "--kernel", action="store_true", help="also vlmforge's media kernel alone (bench_fetch.py's batches)"
     )

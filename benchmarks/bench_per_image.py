@@ -1,0 +1,355 @@
+"""Where one image's CPU goes in the media step, phase by phase, and the decode floor it is judged against.
+
+    .venv/bin/python benchmarks/bench_per_image.py                       # 400 images, both decode paths
+    .venv/bin/python benchmarks/bench_per_image.py --images 1000 --decode exact
+
+The corpus is ``bench_run.py``'s (60% ~0.3 MP, 30% ~1.9 MP, 10% ~12 MP JPEGs cut from scikit-image's photos,
+made at run time under ``--cache``), served by nginx (or Python's http.server) on 127.0.0.1. Two measures,
+one thread, one image after another, ``--max-pixels 1048576`` and the default model:
+
+1. **phases**: each image goes through the media step's own functions one at a time, each timed (thread CPU
+   and wall): the fetch (the fetch stage's HTTP client, body in memory), hashing the fetched bytes, the
+   store write of the original (durable: written, fsynced, renamed) and its upstream-index entry, reading it
+   back from the store, then the verify-and-normalise of ``process_image`` split into its steps (open the
+   header, decode as the path decodes, orient/colour/mode, resize, encode; what ``process_image`` costs
+   beyond these is its per-image Python), and for a re-encoded image the output's hash and store write.
+2. **kernel**: the real media step (``tasks/batch``'s :class:`Normaliser` fed by the fetch stage's
+   :class:`FetchStream`, 16 fetch threads, as a batch runs it) over the same images in this process; its
+   process CPU per image against the **decode floor**, the decode alone as the path decodes (the sum of
+   phase "decode" over the images, each decoded once more in memory). The issue's goal: within 1.5x.
+
+Figures are per image, averaged over the corpus (its size mix), and per size class.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import bench_run  # noqa: E402  (the corpus and the loopback server, shared with the end-to-end benchmark)
+
+CLASSES = ("0.3 MP (kept)", "1.9 MP", "12 MP")
+PHASES = (
+    "fetch",
+    "hash in",
+    "store write",
+    "index entry",
+    "store read",
+    "header",
+    "decode",
+    "orient+colour",
+    "resize",
+    "encode",
+    "process_image Python",
+    "hash out",
+    "store write out",
+)
+
+
+class Clock:
+    """Thread CPU and wall of each phase, summed per (decode path, size class, phase)."""
+
+    def __init__(self) -> None:
+        self.cpu: dict[tuple[str, int, str], float] = defaultdict(float)
+        self.wall: dict[tuple[str, int, str], float] = defaultdict(float)
+        self.latest: dict[tuple[str, int, str], float] = {}  # CPU of the last timing of each phase
+
+    def time(self, key: tuple[str, int, str], fn: Callable[[], Any]) -> Any:
+        c0, w0 = time.thread_time(), time.perf_counter()
+        out = fn()
+        self.latest[key] = time.thread_time() - c0
+        self.cpu[key] += self.latest[key]
+        self.wall[key] += time.perf_counter() - w0
+        return out
+
+
+def _cfg(decode: str, store: str) -> Any:
+    from vlmforge.schemas.config import RunConfig
+
+    return RunConfig.of(release="unused", out=store, max_pixels=1_048_576, decode=decode)
+
+
+def profile_phases(urls: list[str], decode: str, store_dir: Path, clock: Clock) -> None:
+    """Phase 1 (see the module docstring): every phase of every image, timed on its own."""
+    from PIL import Image
+
+    from vlmforge.tasks.fetch.client import HttpClient
+    from vlmforge.tasks.geometry import geometry_of
+    from vlmforge.tasks.media.colour import apply_icc, normalise_mode
+    from vlmforge.tasks.media.decode import open_header
+    from vlmforge.tasks.media.decode_paths import DECODE_PATHS
+    from vlmforge.tasks.media.encode import choose_output, encode
+    from vlmforge.tasks.media.image import process_image
+    from vlmforge.tasks.media.orient import ORIENT_OPS, displayed_size, pending_orientation
+    from vlmforge.tasks.media.resize import resize
+    from vlmforge.tasks.storage import ContentStore, sha256_bytes
+
+    cfg = _cfg(decode, str(store_dir))
+    geometry = geometry_of(cfg)
+    store = ContentStore(str(store_dir))
+    client = HttpClient()
+    warm = client.get(urls[6], expect_media=True).body  # a resized image: torch's first import is not timed
+    process_image(warm, target_size=geometry.stored_image_size, max_pixels=geometry.max_pixels, decode=decode)
+    for i, url in enumerate(urls):
+        cls = bench_run._base_of(i)[0]
+
+        def key(phase: str, cls: int = cls) -> tuple[str, int, str]:
+            return (decode, cls, phase)
+
+        data = clock.time(key("fetch"), lambda url=url: client.get(url, expect_media=True).body)
+        sha = clock.time(key("hash in"), lambda data=data: sha256_bytes(data))
+        clock.time(key("store write"), lambda data=data, sha=sha: store.put(data, sha))
+        entry = {"sha256": sha, "bytes": len(data)}
+        clock.time(key("index entry"), lambda url=url, entry=entry: store.record(url, entry))
+        data = clock.time(key("store read"), lambda sha=sha: store.get(sha))
+        # the steps of process_image, one at a time, on the path it takes
+        t0 = time.thread_time()
+        res = process_image(
+            data,
+            target_size=geometry.stored_image_size,
+            max_pixels=geometry.max_pixels,
+            min_pixels=geometry.min_pixels,
+            decode=decode,
+        )
+        whole = time.thread_time() - t0
+        img = clock.time(key("header"), lambda data=data: open_header(data, 256_000_000, False))
+        w, h = displayed_size(img.size, orientation := pending_orientation(img, None))
+        t_h, t_w = geometry.stored_image_size(h, w)
+        if res.kept_original:
+            clock.time(key("decode"), lambda img=img: (img.draft(img.mode, (1, 1)), img.load()))
+            steps = ("header", "decode")
+        else:
+            target = displayed_size((t_w, t_h), orientation)
+            clock.time(key("decode"), lambda img=img, t=target: (DECODE_PATHS[decode](img, t), img.load()))
+            work = clock.time(
+                key("orient+colour"),
+                lambda img=img, o=orientation: normalise_mode(
+                    apply_icc(img.transpose(ORIENT_OPS[o]) if o != 1 else img, None, []), []
+                )[0],
+            )
+            work = clock.time(
+                key("resize"), lambda w=work, t=(t_w, t_h): resize(w, t, Image.Resampling.BICUBIC)
+            )
+            fmt = choose_output("keep", "JPEG", "RGB", False)
+            out = clock.time(key("encode"), lambda w=work, f=fmt: encode(w, f, 92, False))
+            assert out == res.out_bytes, "the phases must redo process_image's work exactly"
+            out_sha = clock.time(key("hash out"), lambda out=out: sha256_bytes(out))
+            clock.time(key("store write out"), lambda out=out, s=out_sha: store.put(out, s))
+            steps = ("header", "decode", "orient+colour", "resize", "encode")
+        clock.cpu[key("process_image Python")] += max(0.0, whole - sum(clock.latest[key(s)] for s in steps))
+
+
+def kernel(urls: list[str], decode: str, store_dir: Path) -> tuple[float, float, int]:
+    """Phase 2: the media step as a batch runs it (fetch threads + Normaliser); (process CPU-s, wall, ok)."""
+    from vlmforge.schemas.recipes import parse_recipe
+    from vlmforge.schemas.rows import MediaRow
+    from vlmforge.tasks.batch.normalise import Normaliser
+    from vlmforge.tasks.fetch.acquire import FetchStream, read_outcome
+    from vlmforge.tasks.fetch.options import FetchKnobs
+    from vlmforge.tasks.geometry import geometry_of
+    from vlmforge.tasks.storage import ContentStore
+
+    base = urls[0].rsplit("/", 1)[0]
+    recipe = parse_recipe(
+        {
+            "subset": "bench",
+            "license": "CC0-1.0",
+            "sources": [{"kind": "http_files", "allow_private": True, "url": base + "/{name}"}],
+        }
+    )
+    cfg = _cfg(decode, str(store_dir))
+    store = ContentStore(str(store_dir))
+    normalise = Normaliser(cfg, geometry_of(cfg), store)
+    ok = 0
+    c0, w0 = time.process_time(), time.perf_counter()
+    for start in range(0, len(urls), 250):  # batches of 250 references, as a run cuts them
+        names = [u.rsplit("/", 1)[1] for u in urls[start : start + 250]]
+        stream = FetchStream(names, recipe, store, options=FetchKnobs(concurrency=16))
+        for o in stream:
+            row = MediaRow(subset="bench", sample_id=o.ref, line=0, index=0, ref=o.ref, kind="image")
+            row.sha256 = o.sha256
+            ok += normalise(row, read_outcome(o, store)).ok
+        stream.result()
+    return time.process_time() - c0, time.perf_counter() - w0, ok
+
+
+def decode_floor(files: list[bytes], decode: str, clock: Clock) -> None:
+    """The decode alone, as the path decodes each image (in memory, nothing else), into phase "floor"."""
+    from vlmforge.tasks.geometry import geometry_of
+    from vlmforge.tasks.media.decode import open_header
+    from vlmforge.tasks.media.decode_paths import DECODE_PATHS
+    from vlmforge.tasks.media.orient import displayed_size, pending_orientation
+
+    geometry = geometry_of(_cfg(decode, "unused"))
+    for i, data in enumerate(files):
+        cls = bench_run._base_of(i)[0]
+        img = open_header(data, 256_000_000, False)
+        orientation = pending_orientation(img, None)
+        w, h = displayed_size(img.size, orientation)
+        t_h, t_w = geometry.stored_image_size(h, w)
+        if w * h <= geometry.max_pixels:
+            clock.time((decode, cls, "floor"), lambda img=img: (img.draft(img.mode, (1, 1)), img.load()))
+        else:
+            target = displayed_size((t_w, t_h), orientation)
+            clock.time(
+                (decode, cls, "floor"), lambda img=img, t=target: (DECODE_PATHS[decode](img, t), img.load())
+            )
+
+
+def pixel_difference(files: dict[str, bytes], max_pixels: Callable[[int, int], int]) -> dict[str, float]:
+    """``reduced`` against ``exact`` over ``files``: the lowest and the mean PSNR (dB) and the largest error
+    of one channel (levels) of the published pixels, over the images both paths downsize; the sizes must be
+    equal. ``max_pixels(w, h)``: the limit each image is run with."""
+    import numpy as np
+    from PIL import Image
+
+    from vlmforge.tasks.geometry.resize_rule import smart_resize
+    from vlmforge.tasks.media.image import process_image
+
+    psnrs, worst, n = [], 0.0, 0
+    for data in files.values():
+        try:
+            w, h = Image.open(io.BytesIO(data)).size
+        except Exception:  # noqa: BLE001 - not an image Pillow opens: the paths reject it alike
+            continue
+        limit = max_pixels(w, h)
+        out = {}
+        for decode in ("exact", "reduced"):
+            res = process_image(
+                data,
+                target_size=lambda hh, ww, m=limit: smart_resize(hh, ww, 28, 56 * 56, m),
+                max_pixels=limit,
+                decode=decode,
+            )
+            out[decode] = res
+        e, r = out["exact"], out["reduced"]
+        assert (e.status, e.out_width, e.out_height) == (r.status, r.out_width, r.out_height), (e, r)
+        if e.status != "ok" or e.kept_original or e.out_bytes is None or r.out_bytes is None:
+            continue
+        a = np.asarray(Image.open(io.BytesIO(e.out_bytes)).convert("RGB"), np.float64)
+        b = np.asarray(Image.open(io.BytesIO(r.out_bytes)).convert("RGB"), np.float64)
+        mse = float(((a - b) ** 2).mean())
+        psnrs.append(99.0 if mse == 0 else 10 * np.log10(255**2 / mse))
+        worst = max(worst, float(np.abs(a - b).max()))
+        n += 1
+    if not psnrs:
+        return {"images": 0}
+    return {"images": n, "psnr_min": min(psnrs), "psnr_mean": sum(psnrs) / n, "max_error": worst}
+
+
+def acceptance_media() -> dict[str, bytes]:
+    """The acceptance media's JPEGs and WebPs: Pillow's test images (tests/media/corpus_fixture.py's cache,
+    when a test run has filled it) and ../shared/testdata/real-media (when present)."""
+    cache = Path(os.environ.get("VLMFORGE_TEST_CORPUS", Path.home() / ".cache" / "vlmforge-test-corpus"))
+    folders = [*cache.glob("pillow-*-Tests_images"), REPO.parent / "shared" / "testdata" / "real-media"]
+    return {
+        str(p): p.read_bytes()
+        for folder in folders
+        if folder.is_dir()
+        for p in sorted(folder.rglob("*"))
+        if p.suffix.lower() in (".jpg", ".jpeg", ".webp") and p.is_file()
+    }
+
+
+def report_pixels(files: list[bytes]) -> None:
+    print("\n### `--decode reduced` against `exact`: the published pixels of downsized images\n")
+    print("| media | limit | images | lowest PSNR (dB) | mean PSNR (dB) | largest error (levels) |")
+    print("|---|---|--:|--:|--:|--:|")
+    corpus = {str(i): d for i, d in enumerate(files)}
+    accept = acceptance_media()
+    rows = [
+        ("benchmark corpus", "--max-pixels 1048576", corpus, lambda w, h: 1_048_576),
+        ("acceptance media", "a third of each image's pixels", accept, lambda w, h: max(w * h // 3, 3136)),
+        ("acceptance media", "a sixth", accept, lambda w, h: max(w * h // 6, 3136)),
+    ]
+    for name, limit, media, rule in rows:
+        d = pixel_difference(media, rule)
+        if d["images"]:
+            print(
+                f"| {name} ({len(media)} files) | {limit} | {d['images']:.0f} | {d['psnr_min']:.1f} | "
+                f"{d['psnr_mean']:.1f} | {d['max_error']:.0f} |"
+            )
+
+
+def report(clock: Clock, n: int, paths: list[str], kernels: dict[str, tuple[float, float, int]]) -> None:
+    counts = [sum(1 for i in range(n) if bench_run._base_of(i)[0] == c) for c in range(3)]
+    for decode in paths:
+        print(f"\n### `--decode {decode}`: CPU per image (ms), one thread\n")
+        print("| phase | " + " | ".join(CLASSES) + " | corpus mean | share |")
+        print("|---|" + "--:|" * 5)
+        total = sum(clock.cpu[(decode, c, p)] for c in range(3) for p in PHASES) / n
+        for phase in PHASES:
+            per = [clock.cpu[(decode, c, phase)] / max(counts[c], 1) * 1e3 for c in range(3)]
+            mean = sum(clock.cpu[(decode, c, phase)] for c in range(3)) / n * 1e3
+            print(
+                f"| {phase} | "
+                + " | ".join(f"{x:.2f}" for x in per)
+                + f" | {mean:.2f} | {mean / total / 10:.0f}% |"
+            )
+        walls = sum(clock.wall[(decode, c, p)] for c in range(3) for p in PHASES) / n * 1e3
+        print(f"| **sum** | | | | **{total * 1e3:.2f}** (wall {walls:.2f}) | |")
+        store_wall = sum(
+            clock.wall[(decode, c, p)] for c in range(3) for p in ("store write", "store write out")
+        )
+        print(f"\nstore writes' wall (fsync included): {store_wall / n * 1e3:.2f} ms per image")
+        floor = [clock.cpu[(decode, c, "floor")] / max(counts[c], 1) * 1e3 for c in range(3)]
+        floor_mean = sum(clock.cpu[(decode, c, "floor")] for c in range(3)) / n * 1e3
+        cpu, wall, ok = kernels[decode]
+        print(
+            f"decode floor: {' / '.join(f'{x:.2f}' for x in floor)} ms per class, "
+            f"corpus mean {floor_mean:.2f} ms"
+        )
+        print(
+            f"kernel (fetch threads + Normaliser, {ok}/{n} ok): {cpu / n * 1e3:.2f} ms CPU and "
+            f"{wall / n * 1e3:.2f} ms wall per image = **{cpu / n * 1e3 / floor_mean:.2f}x the decode floor**"
+        )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--images", type=int, default=400)
+    ap.add_argument("--decode", choices=("exact", "reduced", "both"), default="both")
+    ap.add_argument("--pixels-only", action="store_true", help="only reduced's pixel difference from exact")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "vlmforge-bench"))
+    a = ap.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # one intra-op thread, as Ray gives a 1-CPU task
+    paths = ["exact", "reduced"] if a.decode == "both" else [a.decode]
+    root = bench_run.make_corpus(a.images, a.seed, Path(a.cache))
+    files = [(root / "img" / f"{i:06d}.jpg").read_bytes() for i in range(a.images)]  # page cache
+    if a.pixels_only:
+        report_pixels(files)
+        return
+    clock = Clock()
+    kernels = {}
+    with tempfile.TemporaryDirectory(prefix="bench-per-image-") as d:
+        tmp = Path(d)
+        (tmp / "http").mkdir()
+        srv = bench_run.Server(root, tmp / "http")
+        try:
+            print(f"{a.images} images served by {srv.kind} on 127.0.0.1; load {os.getloadavg()[0]:.2f}")
+            urls = [srv.url(f"img/{i:06d}.jpg") for i in range(a.images)]
+            for decode in paths:  # a fresh store each time: every object is fetched and written
+                decode_floor(files, decode, clock)
+                profile_phases(urls, decode, tmp / f"store-phases-{decode}", clock)
+                kernels[decode] = kernel(urls, decode, tmp / f"store-kernel-{decode}")
+        finally:
+            srv.close()
+    report(clock, a.images, paths, kernels)
+    report_pixels(files)
+    print(f"\nload at the end {os.getloadavg()[0]:.2f}; median phase figures move with the machine's load")
+
+
+if __name__ == "__main__":
+    main()
