@@ -1,7 +1,7 @@
 """Where one image's CPU goes in the media step, phase by phase, and the decode floor it is judged against.
 
-    .venv/bin/python benchmarks/bench_per_image.py                       # 400 images, both decode paths
-    .venv/bin/python benchmarks/bench_per_image.py --images 1000 --decode exact
+    .venv/bin/python benchmarks/bench_per_image.py                       # 400 images
+    .venv/bin/python benchmarks/bench_per_image.py --images 1000
 
 The corpus is ``bench_run.py``'s (60% ~0.3 MP, 30% ~1.9 MP, 10% ~12 MP JPEGs cut from scikit-image's photos,
 made at run time under ``--cache``), served by nginx (or Python's http.server) on 127.0.0.1. Two measures,
@@ -11,11 +11,12 @@ one thread, one image after another, ``--max-pixels 1048576`` and the default mo
    and wall): the fetch (the fetch stage's HTTP client, body in memory), hashing the fetched bytes, the
    store write of the original (durable: written, fsynced, renamed) and its upstream-index entry, reading it
    back from the store, then the verify-and-normalise of ``process_image`` split into its steps (open the
-   header, decode as the path decodes, orient/colour/mode, resize, encode; what ``process_image`` costs
-   beyond these is its per-image Python), and for a re-encoded image the output's hash and store write.
+   header, decode (DCT-scaled when downsized 2x or more), orient/colour/mode, resize, encode; what
+   ``process_image`` costs beyond these is its per-image Python), and for a re-encoded image the output's
+   hash and store write.
 2. **kernel**: the real media step (``tasks/batch``'s :class:`Normaliser` fed by the fetch stage's
    :class:`FetchStream`, 16 fetch threads, as a batch runs it) over the same images in this process; its
-   process CPU per image against the **decode floor**, the decode alone as the path decodes (the sum of
+   process CPU per image against the **decode floor**, the decode alone as the media step decodes (the sum of
    phase "decode" over the images, each decoded once more in memory). The issue's goal: within 1.5x.
 
 Figures are per image, averaged over the corpus (its size mix), and per size class.
@@ -24,7 +25,6 @@ Figures are per image, averaged over the corpus (its size mix), and per size cla
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import sys
 import tempfile
@@ -77,7 +77,7 @@ class Clock:
 def _cfg(decode: str, store: str) -> Any:
     from vlmforge.schemas.config import RunConfig
 
-    return RunConfig.of(release="unused", out=store, max_pixels=1_048_576, decode=decode)
+    return RunConfig.of(release="unused", out=store, max_pixels=1_048_576)
 
 
 def profile_phases(urls: list[str], decode: str, store_dir: Path, clock: Clock) -> None:
@@ -88,7 +88,6 @@ def profile_phases(urls: list[str], decode: str, store_dir: Path, clock: Clock) 
     from vlmforge.tasks.geometry import geometry_of
     from vlmforge.tasks.media.colour import apply_icc, normalise_mode
     from vlmforge.tasks.media.decode import open_header
-    from vlmforge.tasks.media.decode_paths import DECODE_PATHS
     from vlmforge.tasks.media.encode import choose_output, encode
     from vlmforge.tasks.media.image import process_image
     from vlmforge.tasks.media.orient import ORIENT_OPS, displayed_size, pending_orientation
@@ -100,7 +99,7 @@ def profile_phases(urls: list[str], decode: str, store_dir: Path, clock: Clock) 
     store = ContentStore(str(store_dir))
     client = HttpClient()
     warm = client.get(urls[6], expect_media=True).body  # a resized image: torch's first import is not timed
-    process_image(warm, target_size=geometry.stored_image_size, max_pixels=geometry.max_pixels, decode=decode)
+    process_image(warm, target_size=geometry.stored_image_size, max_pixels=geometry.max_pixels)
     for i, url in enumerate(urls):
         cls = bench_run._base_of(i)[0]
 
@@ -120,7 +119,6 @@ def profile_phases(urls: list[str], decode: str, store_dir: Path, clock: Clock) 
             target_size=geometry.stored_image_size,
             max_pixels=geometry.max_pixels,
             min_pixels=geometry.min_pixels,
-            decode=decode,
         )
         whole = time.thread_time() - t0
         img = clock.time(key("header"), lambda data=data: open_header(data, 256_000_000, False))
@@ -131,7 +129,7 @@ def profile_phases(urls: list[str], decode: str, store_dir: Path, clock: Clock) 
             steps = ("header", "decode")
         else:
             target = displayed_size((t_w, t_h), orientation)
-            clock.time(key("decode"), lambda img=img, t=target: (DECODE_PATHS[decode](img, t), img.load()))
+            clock.time(key("decode"), lambda img=img, t=target: (img.draft("RGB", t), img.load()))
             work = clock.time(
                 key("orient+colour"),
                 lambda img=img, o=orientation: normalise_mode(
@@ -188,7 +186,6 @@ def decode_floor(files: list[bytes], decode: str, clock: Clock) -> None:
     """The decode alone, as the path decodes each image (in memory, nothing else), into phase "floor"."""
     from vlmforge.tasks.geometry import geometry_of
     from vlmforge.tasks.media.decode import open_header
-    from vlmforge.tasks.media.decode_paths import DECODE_PATHS
     from vlmforge.tasks.media.orient import displayed_size, pending_orientation
 
     geometry = geometry_of(_cfg(decode, "unused"))
@@ -202,84 +199,7 @@ def decode_floor(files: list[bytes], decode: str, clock: Clock) -> None:
             clock.time((decode, cls, "floor"), lambda img=img: (img.draft(img.mode, (1, 1)), img.load()))
         else:
             target = displayed_size((t_w, t_h), orientation)
-            clock.time(
-                (decode, cls, "floor"), lambda img=img, t=target: (DECODE_PATHS[decode](img, t), img.load())
-            )
-
-
-def pixel_difference(files: dict[str, bytes], max_pixels: Callable[[int, int], int]) -> dict[str, float]:
-    """``reduced`` against ``exact`` over ``files``: the lowest and the mean PSNR (dB) and the largest error
-    of one channel (levels) of the published pixels, over the images both paths downsize; the sizes must be
-    equal. ``max_pixels(w, h)``: the limit each image is run with."""
-    import numpy as np
-    from PIL import Image
-
-    from vlmforge.tasks.geometry.resize_rule import smart_resize
-    from vlmforge.tasks.media.image import process_image
-
-    psnrs, worst, n = [], 0.0, 0
-    for data in files.values():
-        try:
-            w, h = Image.open(io.BytesIO(data)).size
-        except Exception:  # noqa: BLE001 - not an image Pillow opens: the paths reject it alike
-            continue
-        limit = max_pixels(w, h)
-        out = {}
-        for decode in ("exact", "reduced"):
-            res = process_image(
-                data,
-                target_size=lambda hh, ww, m=limit: smart_resize(hh, ww, 28, 56 * 56, m),
-                max_pixels=limit,
-                decode=decode,
-            )
-            out[decode] = res
-        e, r = out["exact"], out["reduced"]
-        assert (e.status, e.out_width, e.out_height) == (r.status, r.out_width, r.out_height), (e, r)
-        if e.status != "ok" or e.kept_original or e.out_bytes is None or r.out_bytes is None:
-            continue
-        a = np.asarray(Image.open(io.BytesIO(e.out_bytes)).convert("RGB"), np.float64)
-        b = np.asarray(Image.open(io.BytesIO(r.out_bytes)).convert("RGB"), np.float64)
-        mse = float(((a - b) ** 2).mean())
-        psnrs.append(99.0 if mse == 0 else 10 * np.log10(255**2 / mse))
-        worst = max(worst, float(np.abs(a - b).max()))
-        n += 1
-    if not psnrs:
-        return {"images": 0}
-    return {"images": n, "psnr_min": min(psnrs), "psnr_mean": sum(psnrs) / n, "max_error": worst}
-
-
-def acceptance_media() -> dict[str, bytes]:
-    """The acceptance media's JPEGs and WebPs: Pillow's test images (tests/media/corpus_fixture.py's cache,
-    when a test run has filled it) and ../shared/testdata/real-media (when present)."""
-    cache = Path(os.environ.get("VLMFORGE_TEST_CORPUS", Path.home() / ".cache" / "vlmforge-test-corpus"))
-    folders = [*cache.glob("pillow-*-Tests_images"), REPO.parent / "shared" / "testdata" / "real-media"]
-    return {
-        str(p): p.read_bytes()
-        for folder in folders
-        if folder.is_dir()
-        for p in sorted(folder.rglob("*"))
-        if p.suffix.lower() in (".jpg", ".jpeg", ".webp") and p.is_file()
-    }
-
-
-def report_pixels(files: list[bytes]) -> None:
-    print("\n### `--decode reduced` against `exact`: the published pixels of downsized images\n")
-    print("| media | limit | images | lowest PSNR (dB) | mean PSNR (dB) | largest error (levels) |")
-    print("|---|---|--:|--:|--:|--:|")
-    corpus = {str(i): d for i, d in enumerate(files)}
-    accept = acceptance_media()
-    rows = [
-        ("benchmark corpus", "--max-pixels 1048576", corpus, lambda w, h: 1_048_576),
-        ("acceptance media", "a third of each image's pixels", accept, lambda w, h: max(w * h // 3, 3136)),
-        ("acceptance media", "a sixth", accept, lambda w, h: max(w * h // 6, 3136)),
-    ]
-    for name, limit, media, rule in rows:
-        d = pixel_difference(media, rule)
-        if d["images"]:
-            print(
-                f"| {name} ({len(media)} files) | {limit} | {d['images']:.0f} | {d['psnr_min']:.1f} | "
-                f"{d['psnr_mean']:.1f} | {d['max_error']:.0f} |"
-            )
+            clock.time((decode, cls, "floor"), lambda img=img, t=target: (img.draft("RGB", t), img.load()))
 
 
 def report(clock: Clock, n: int, paths: list[str], kernels: dict[str, tuple[float, float, int]]) -> None:
@@ -319,18 +239,13 @@ def report(clock: Clock, n: int, paths: list[str], kernels: dict[str, tuple[floa
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=int, default=400)
-    ap.add_argument("--decode", choices=("exact", "reduced", "both"), default="both")
-    ap.add_argument("--pixels-only", action="store_true", help="only reduced's pixel difference from exact")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "vlmforge-bench"))
     a = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # one intra-op thread, as Ray gives a 1-CPU task
-    paths = ["exact", "reduced"] if a.decode == "both" else [a.decode]
+    paths = ["exact"]
     root = bench_run.make_corpus(a.images, a.seed, Path(a.cache))
     files = [(root / "img" / f"{i:06d}.jpg").read_bytes() for i in range(a.images)]  # page cache
-    if a.pixels_only:
-        report_pixels(files)
-        return
     clock = Clock()
     kernels = {}
     with tempfile.TemporaryDirectory(prefix="bench-per-image-") as d:
@@ -347,7 +262,6 @@ def main() -> None:
         finally:
             srv.close()
     report(clock, a.images, paths, kernels)
-    report_pixels(files)
     print(f"\nload at the end {os.getloadavg()[0]:.2f}; median phase figures move with the machine's load")
 
 

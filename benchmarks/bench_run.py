@@ -4,7 +4,7 @@ nginx on 127.0.0.1; and the fixed cost and row scaling of the real CLI (issue 22
     .venv/bin/python benchmarks/bench_run.py --images 1000,5000,20000 --reps 3   # vlmforge vs img2dataset
     .venv/bin/python benchmarks/bench_run.py --images 5000 --i2d-variant          # + keep_ratio_largest
     .venv/bin/python benchmarks/bench_run.py --images 5000,20000 --kernel         # + the media kernel alone
-    .venv/bin/python benchmarks/bench_run.py --images 1000,5000 --reduced --reps 2  # marginal + fixed cost
+    .venv/bin/python benchmarks/bench_run.py --images 1000,5000 --reps 2         # marginal + fixed cost
     .venv/bin/python benchmarks/bench_run.py --fixed-cost --reps 3                # empty and 10-line subset
     .venv/bin/python benchmarks/bench_run.py --fixed-cost --services              # against running services
     .venv/bin/python benchmarks/bench_run.py --text-rows 5000,20000,200000         # text-only rows
@@ -470,18 +470,11 @@ def text_lines(n: int) -> list[str]:
     return out
 
 
-def run_vlmforge(
-    a: argparse.Namespace,
-    release: Path,
-    recipes: Path | None,
-    work: Path,
-    tag: str,
-    extra: list[str] | None = None,
-) -> dict:
+def run_vlmforge(a: argparse.Namespace, release: Path, recipes: Path | None, work: Path, tag: str) -> dict:
     out = work / f"out-{tag}"
     cmd = [a.vlmforge, "run", str(release), "--out", str(out), "--max-pixels", str(a.max_pixels)]
     cmd += ["--recipes", str(recipes)] if recipes else []
-    cmd += a.vlmforge_arg + (extra or [])
+    cmd += a.vlmforge_arg
     env, services = (SERVICES.env, SERVICES.proc) if SERVICES is not None else ({}, None)
     r = measure(cmd, clean_env(**env), work, tag, services)
     r["ok"], r["failures"] = 0, {}
@@ -650,7 +643,6 @@ def images_mode(a: argparse.Namespace, sizes: list[int], tmp: Path) -> dict:
         print(f"img2dataset: skipped ({'--skip-i2d' if a.skip_i2d else a.i2d_python + ' not found'})")
     tools = (
         ["vlmforge"]
-        + (["vlmforge-reduced"] if a.reduced else [])
         + (["vlmforge-kernel"] if a.kernel else [])
         + (["img2dataset"] + (["img2dataset-largest-skip"] if a.i2d_variant else []) if have_i2d else [])
     )
@@ -678,8 +670,6 @@ def images_mode(a: argparse.Namespace, sizes: list[int], tmp: Path) -> dict:
                     tag = f"{tool}-{rep}"
                     if tool == "vlmforge":
                         r = run_vlmforge(a, release, recipes, work, tag)
-                    elif tool == "vlmforge-reduced":
-                        r = run_vlmforge(a, release, recipes, work, tag, ["--decode", "reduced"])
                     elif tool == "vlmforge-kernel":
                         r = run_kernel(a, url_file, work, tag)
                     else:
@@ -807,7 +797,6 @@ def main() -> None:
     ap.add_argument("--i2d-threads", type=int, default=16)
     ap.add_argument("--i2d-variant", action="store_true", help="also keep_ratio_largest + skip_reencode")
     ap.add_argument("--skip-i2d", action="store_true")
-    ap.add_argument("--reduced", action="store_true", help="also `vlmforge run --decode reduced`")
     ap.add_argument(
         "--kernel", action="store_true", help="also vlmforge's media kernel alone (bench_fetch.py's batches)"
     )

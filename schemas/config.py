@@ -191,12 +191,6 @@ class MediaOptions(_Options):
     max_image_pixels: int = Field(
         default=256_000_000, gt=0, description="decompression-bomb limit, checked from the header"
     )
-    # how a JPEG that is downsized is decoded before the resize (tasks/media/decode_paths.py); sizes and
-    # token counts are the same on both paths, pixels differ by a few levels on reduced
-    decode: Literal["exact", "reduced"] = Field(
-        default="exact",
-        description="exact | reduced (downsized JPEGs: fast IDCT, plain chroma upsampling; same sizes)",
-    )
     min_image_side: int = Field(default=1, ge=1, description="reject images with a shorter side (too_small)")
     video_timeout_s: float = Field(default=120.0, gt=0)
     # keep: the video bytes go to the shard (decoded at training time, frames named by frame_indices);

@@ -84,7 +84,6 @@ class Normaliser:
             min_side=self.cfg.media.min_image_side,
             accepted_formats=self.accepted_formats,
             align_to_grid=FEED_PATHS[self.cfg.tokens.feed_path].align_images,
-            decode=self.cfg.media.decode,
         )
         row.format, row.width, row.height, row.notes = res.format, res.width, res.height, ",".join(res.notes)
         if res.status != "ok" or res.out_bytes is None:

@@ -30,7 +30,6 @@ from .big_png import goes_in_strips, process_big_png
 from .colour import apply_icc, normalise_mode
 from .decode import RetryRelaxed, classify_decode_error, full_decode, open_header, pillow_limit_lifted
 from .decode_budget import DecodeBudget
-from .decode_paths import DECODE_PATHS, DecodePath
 from .encode import FMT_TO_EXT, EncodeFormat, ImageFormat, OutExt, choose_output, encode, is_lossless_webp
 from .formats import ACCEPTED_IMAGE_FORMATS
 from .keep import KEEPABLE, can_keep, kept_bytes
@@ -100,7 +99,6 @@ class _Request:
     accepted_formats: Collection[str]
     budget: DecodeBudget
     align_to_grid: bool = False
-    decode: DecodePath = "exact"
 
 
 @dataclass
@@ -154,7 +152,6 @@ def process_image(
     accepted_formats: Collection[str] = ACCEPTED_IMAGE_FORMATS,
     align_to_grid: bool = False,
     decode_budget: DecodeBudget | None = None,
-    decode: DecodePath = "exact",
 ) -> ImageResult:
     """Verify one image by a full decode and return it ready for a shard.
 
@@ -179,9 +176,6 @@ def process_image(
     ``decode_budget``: the memory the image's decode may take, priced from the header on the path it will
     take (:mod:`.decode_budget`); over it the image is ``decode_budget``, before any pixel is decoded.
     Default: :meth:`DecodeBudget.for_run` of ``max_image_pixels`` and ``max_pixels``.
-
-    ``decode``: how a JPEG that is downsized is decoded (:mod:`.decode_paths`: ``exact`` or ``reduced``); the
-    output size is the same on every path.
     """
     if not data:
         return _Seen().rejected("zero_size", "empty payload")
@@ -197,7 +191,6 @@ def process_image(
         tuple(accepted_formats),
         decode_budget or DecodeBudget.for_run(max_image_pixels, max_pixels),
         align_to_grid,
-        decode,
     )
     try:
         return _process_image(data, request, relaxed=False)
@@ -299,7 +292,7 @@ def _output(data: bytes, img: Image.Image, plan: _Plan, request: _Request, relax
         return _kept(data, img, plan, relaxed)
     if layout is not None and strips:
         return _strip_resized(data, img, layout, plan, request)
-    notes = _verify_decode(img, plan, relaxed, request.decode)
+    notes = _verify_decode(img, plan, relaxed)
     return _reencoded(data, img, plan, request, notes)
 
 
@@ -312,18 +305,18 @@ def _reduced_path(plan: _Plan, strips: bool) -> str | None:
     return None
 
 
-def _verify_decode(img: Image.Image, plan: _Plan, relaxed: bool, decode: DecodePath = "exact") -> list[str]:
+def _verify_decode(img: Image.Image, plan: _Plan, relaxed: bool) -> list[str]:
     """Decode every pixel (the verification). JPEGs that will be downsized anyway are decoded with DCT
-    scaling near the target, as the ``decode`` path says; kept ones at 1/8 scale (every entropy-coded block is
-    still decoded, so truncation and corrupt data are found exactly as at full scale, at a third of the
-    cost)."""
+    scaling near the target; kept ones at 1/8 scale (every entropy-coded block is still decoded, so truncation
+    and corrupt data are found exactly as at full scale, at a third of the cost)."""
     notes: list[str] = []
     if plan.src_format in ("JPEG", "MPO") and (plan.needs_resize or plan.keep):
         if plan.keep:
             img.draft(plan.mode, (1, 1))
         else:
-            # the draft works in stored orientation
-            DECODE_PATHS[decode](img, displayed_size(plan.target, plan.orientation))
+            img.draft(
+                "RGB", displayed_size(plan.target, plan.orientation)
+            )  # draft works in stored orientation
             if img.size != plan.stored:
                 notes.append("jpeg_draft_scaled")
     if not plan.decoded:
