@@ -89,6 +89,8 @@ def server(
     from .server_keeper import die_with_parent
 
     console = Console(stderr=True)
+    if docs and _added_to_running(docs, port, docs_port, console):
+        raise typer.Exit(0)
     docs_server = _start_docs(docs or [], port, docs_port, console)
     head = None
     if ray:
@@ -147,6 +149,40 @@ def server(
     raise typer.Exit(code)
 
 
+def _added_to_running(outs: list[str], port: int, docs_port: int | None, console: Any) -> bool:
+    """Whether a ``vlmforge server --docs`` already serves the docs port: then ``outs`` are added to it."""
+    from .docs_link import docs_port_for
+    from .docs_server import LOOPBACK, add_to_running
+
+    base = f"http://{LOOPBACK}:{docs_port if docs_port is not None else docs_port_for(port)}"
+    _check_local(outs)
+    added = add_to_running(base, outs)
+    if added is None:
+        return False
+    console.print(
+        f"a vlmforge server already serves Data Docs at {base}/: added to it (no second server started)",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
+    for out in outs:
+        quality = Path(out).resolve() / "quality"
+        name = next((k for k, v in added.items() if v == quality), None)
+        where = f"{base}/{name}/" if name else "already served there"
+        console.print(f"  {Path(out).resolve()} -> {where}", highlight=False, markup=False, soft_wrap=True)
+    return True
+
+
+def _check_local(outs: list[str]) -> None:
+    from .preflight import UsageError
+
+    for out in outs:
+        if "://" in out:
+            raise UsageError(f"--docs {out}: not a local folder", "serve a local output folder")
+        if Path(out).exists() and not Path(out).is_dir():
+            raise UsageError(f"--docs {out}: is a file", "give a run's output folder")
+
+
 def _start_docs(outs: list[str], port: int, docs_port: int | None, console: Any) -> Any:
     """The Data Docs server of ``outs`` (local folders), started; None without ``--docs``."""
     from .docs_link import DOCS_URL_ENV, docs_port_for
@@ -155,11 +191,7 @@ def _start_docs(outs: list[str], port: int, docs_port: int | None, console: Any)
 
     if not outs:
         return None
-    for out in outs:
-        if "://" in out:
-            raise UsageError(f"--docs {out}: not a local folder", "serve a local output folder")
-        if Path(out).exists() and not Path(out).is_dir():
-            raise UsageError(f"--docs {out}: is a file", "give a run's output folder")
+    _check_local(outs)
     wanted = docs_port if docs_port is not None else docs_port_for(port)
     try:
         docs_server = DocsServer(mount_names(outs), port=wanted).start()

@@ -43,7 +43,7 @@ def prefect_line(api_url: str | None) -> str:
     if serving is not None:
         return f"Prefect: reporting to this project's server at {serving.url} (Prefect home {home})"
     return (
-        f"Prefect: starting a server on 127.0.0.1 for this project's Prefect home {home} (it stops with "
+        f"Prefect: starting a server on 127.0.0.1 for the Prefect home {home} (it stops with "
         "the run; the run's records stay there)"
     )
 
@@ -63,7 +63,7 @@ def after_run_lines(out: str, run_id: str, api_url: str | None) -> list[str]:
         if serving is not None and serving.kind == "server":
             return lines  # its "View at" link stays live: `vlmforge server` serves the project
         lines.append(
-            f"Prefect: the run's records are kept in this project's Prefect home {home}; browse them with "
+            f"Prefect: the run's records are kept in the Prefect home {home}; browse them with "
             f"`vlmforge server --docs {out}` {_from_where(home)}"
         )
     return lines

@@ -99,8 +99,8 @@ def test_each_project_keeps_its_own_runs_in_its_own_home(
             assert proc.returncode == 0, logs[key][-4000:]
         for key in ("a1", "a2"):
             assert f"Prefect: reporting to this project's server at {api}" in logs[key], logs[key][-3000:]
-        assert "Prefect: starting a server on 127.0.0.1 for this project's Prefect home" in logs["b"]
-        assert f"records are kept in this project's Prefect home {b / '.vlmforge' / 'prefect'}" in logs["b"]
+        assert "Prefect: starting a server on 127.0.0.1 for the Prefect home" in logs["b"]
+        assert f"records are kept in the Prefect home {b / '.vlmforge' / 'prefect'}" in logs["b"]
 
         listed = _runs_of(api)
         assert len(listed) == 2, [r["name"] for r in listed]
