@@ -31,7 +31,7 @@ Then, in a second terminal (see infra/README.md):
 
   export PREFECT_API_URL=http://127.0.0.1:4200/api
   prefect work-pool create vlmforge-local --type process
-  VLMFORGE_HOME=$PWD prefect deploy --all && prefect worker start --pool vlmforge-local
+  VLMFORGE_HOME=$PWD prefect deploy --all && vlmforge worker --pool vlmforge-local
 """
 
 
