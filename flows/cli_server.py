@@ -31,7 +31,7 @@ Then, in a second terminal (see infra/README.md):
 
   export PREFECT_API_URL=http://127.0.0.1:4200/api
   prefect work-pool create vlmforge-local --type process
-  VLMFORGE_HOME=$PWD prefect deploy --all && prefect worker start --pool vlmforge-local
+  VLMFORGE_HOME=$PWD prefect deploy --all && vlmforge worker --pool vlmforge-local
 """
 
 
@@ -46,10 +46,13 @@ def server_command(port: int) -> list[str]:
 
 
 def server_env() -> dict[str, str]:
-    """This environment with Prefect's and Ray's telemetry off (always, whatever the caller set)."""
+    """This environment with Prefect's and Ray's telemetry off (always, whatever the caller set), its
+    database in the project's Prefect home (:mod:`.prefect_home`)."""
+    from .prefect_home import prefect_home
+    from .prefect_home import server_env as home_env
     from .runtime import QUIET_ENV
 
-    env = os.environ.copy() | QUIET_ENV
+    env = home_env(prefect_home()) | QUIET_ENV
     env["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
     env["PREFECT_SERVER_API_HOST"] = "127.0.0.1"
     return env
@@ -74,7 +77,20 @@ def server(
     """Start the Prefect UI and API (with --docs the runs' Data Docs too) on 127.0.0.1 until Ctrl-C."""
     from rich.console import Console
 
+    from .prefect_home import (
+        ServerRecord,
+        forget_server,
+        home_lock,
+        prefect_home,
+        record_server,
+        recorded_server,
+        seed_from_template,
+    )
+    from .server_keeper import die_with_parent
+
     console = Console(stderr=True)
+    if docs and _added_to_running(docs, port, docs_port, console):
+        raise typer.Exit(0)
     docs_server = _start_docs(docs or [], port, docs_port, console)
     head = None
     if ray:
@@ -88,17 +104,37 @@ def server(
             f"Ray head on {head.address} (token authentication): start workers with "
             f"RAY_ADDRESS={head.address} and the same {where}"
         )
+    home = prefect_home()
     console.print(
-        f"Prefect UI: http://127.0.0.1:{port}  (export PREFECT_API_URL=http://127.0.0.1:{port}/api)"
+        f"Prefect UI: http://127.0.0.1:{port}  (runs started in {Path.cwd()} report to it; elsewhere: "
+        f"export PREFECT_API_URL=http://127.0.0.1:{port}/api)",
+        highlight=False,
+        soft_wrap=True,
     )
-    proc = subprocess.Popen(server_command(port), env=server_env())
+    console.print(f"Prefect home: {home}", highlight=False, soft_wrap=True)
+    with home_lock(home):
+        other = recorded_server(home)
+        fresh = seed_from_template(home)
+        proc = subprocess.Popen(server_command(port), env=server_env(), preexec_fn=die_with_parent)
+        record_server(home, ServerRecord(f"http://127.0.0.1:{port}/api", os.getpid(), "server"))
+    if other is not None:
+        console.print(
+            f"  a run's own server still serves this home at {other.url} until that run ends; runs started "
+            "from now on report here",
+            highlight=False,
+            soft_wrap=True,
+        )
     previous = signal.signal(signal.SIGTERM, _raise_exit)  # a terminated `vlmforge server` stops its server
     try:
+        if fresh:
+            _keep_template_once_healthy(port, proc, home)
         code = proc.wait()
     except (KeyboardInterrupt, SystemExit):
         code = 0
     finally:
         signal.signal(signal.SIGTERM, previous)
+        with home_lock(home):
+            forget_server(home, os.getpid())
         if proc.poll() is None:
             proc.terminate()
             try:
@@ -113,6 +149,40 @@ def server(
     raise typer.Exit(code)
 
 
+def _added_to_running(outs: list[str], port: int, docs_port: int | None, console: Any) -> bool:
+    """Whether a ``vlmforge server --docs`` already serves the docs port: then ``outs`` are added to it."""
+    from .docs_link import docs_port_for
+    from .docs_server import LOOPBACK, add_to_running
+
+    base = f"http://{LOOPBACK}:{docs_port if docs_port is not None else docs_port_for(port)}"
+    _check_local(outs)
+    added = add_to_running(base, outs)
+    if added is None:
+        return False
+    console.print(
+        f"a vlmforge server already serves Data Docs at {base}/: added to it (no second server started)",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
+    for out in outs:
+        quality = Path(out).resolve() / "quality"
+        name = next((k for k, v in added.items() if v == quality), None)
+        where = f"{base}/{name}/" if name else "already served there"
+        console.print(f"  {Path(out).resolve()} -> {where}", highlight=False, markup=False, soft_wrap=True)
+    return True
+
+
+def _check_local(outs: list[str]) -> None:
+    from .preflight import UsageError
+
+    for out in outs:
+        if "://" in out:
+            raise UsageError(f"--docs {out}: not a local folder", "serve a local output folder")
+        if Path(out).exists() and not Path(out).is_dir():
+            raise UsageError(f"--docs {out}: is a file", "give a run's output folder")
+
+
 def _start_docs(outs: list[str], port: int, docs_port: int | None, console: Any) -> Any:
     """The Data Docs server of ``outs`` (local folders), started; None without ``--docs``."""
     from .docs_link import DOCS_URL_ENV, docs_port_for
@@ -121,11 +191,7 @@ def _start_docs(outs: list[str], port: int, docs_port: int | None, console: Any)
 
     if not outs:
         return None
-    for out in outs:
-        if "://" in out:
-            raise UsageError(f"--docs {out}: not a local folder", "serve a local output folder")
-        if Path(out).exists() and not Path(out).is_dir():
-            raise UsageError(f"--docs {out}: is a file", "give a run's output folder")
+    _check_local(outs)
     wanted = docs_port if docs_port is not None else docs_port_for(port)
     try:
         docs_server = DocsServer(mount_names(outs), port=wanted).start()
@@ -139,6 +205,22 @@ def _start_docs(outs: list[str], port: int, docs_port: int | None, console: Any)
             f"  runs link to them when {DOCS_URL_ENV}={docs_server.url} is set", highlight=False, markup=False
         )
     return docs_server
+
+
+def _keep_template_once_healthy(port: int, proc: subprocess.Popen[bytes], home: Path) -> None:
+    """A fresh home's database, once the server has migrated it: the template of the next fresh home."""
+    import time
+    import urllib.request
+
+    from .prefect_home import save_template
+
+    while proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=2):
+                save_template(home)
+                return
+        except OSError:
+            time.sleep(0.5)
 
 
 def _raise_exit(signum: int, frame: object) -> None:

@@ -16,11 +16,18 @@ that a ``file://`` link from the Prefect UI could not give them.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import html
+import http.client
 import json
 import mimetypes
+import os
 import re
+import shutil
+import tempfile
 import threading
+import urllib.request
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,14 +40,15 @@ MOUNTS_PATH = "/_vlmforge_docs.json"
 MOUNTS_KIND = "vlmforge-docs"
 
 
-def mount_names(outs: list[str]) -> dict[str, Path]:
-    """Each output folder's ``quality/`` under a URL-safe name (its folder name; ``-2``... when taken)."""
+def mount_names(outs: list[str], taken: set[str] | None = None) -> dict[str, Path]:
+    """Each output folder's ``quality/`` under a URL-safe name (its folder name; ``-2``... when taken,
+    here or in ``taken``)."""
     mounts: dict[str, Path] = {}
     for out in outs:
         root = Path(out).resolve()
         base = re.sub(r"[^A-Za-z0-9._-]+", "-", root.name).strip(".-") or "out"
         name, n = base, 1
-        while name in mounts or name.startswith("_"):
+        while name in mounts or name in (taken or ()) or name.startswith("_"):
             n += 1
             name = f"{base}-{n}"
         mounts[name] = root / "quality"
@@ -49,32 +57,93 @@ def mount_names(outs: list[str]) -> dict[str, Path]:
 
 @dataclass
 class DocsServer:
-    """A running docs server (a daemon thread of this process)."""
+    """A running docs server (a daemon thread of this process).
+
+    Its mounts live in a file of its own (``mounts_file``, named by ``/_vlmforge_docs.json``), read again
+    when it changes: a second ``vlmforge server --docs OUT2`` adds OUT2 there (:func:`add_to_running`)
+    instead of failing on the taken port."""
 
     mounts: dict[str, Path]
     port: int = 0
+    mounts_file: Path | None = None
     _httpd: ThreadingHTTPServer | None = field(default=None, repr=False)
+    _seen: float = field(default=0.0, repr=False)
 
     @property
     def url(self) -> str:
         return f"http://{LOOPBACK}:{self.port}"
 
     def start(self) -> DocsServer:
-        handler = type("Handler", (_DocsHandler,), {"mounts": self.mounts})
+        handler = type("Handler", (_DocsHandler,), {"source": self})
         self._httpd = ThreadingHTTPServer((LOOPBACK, self.port), handler)
         self._httpd.daemon_threads = True
         self.port = self._httpd.server_address[1]
+        if self.mounts_file is None:
+            self.mounts_file = Path(tempfile.mkdtemp(prefix="vlmforge-docs-")) / "mounts.json"
+        _write_mounts(self.mounts_file, self.mounts)
+        self._seen = self.mounts_file.stat().st_mtime
         threading.Thread(target=self._httpd.serve_forever, name="vlmforge-docs", daemon=True).start()
         return self
+
+    def current(self) -> dict[str, Path]:
+        """The mounts, as the mounts file says now."""
+        if self.mounts_file is not None:
+            with contextlib.suppress(OSError, ValueError):
+                changed = self.mounts_file.stat().st_mtime
+                if changed != self._seen:
+                    self.mounts = _read_mounts(self.mounts_file)
+                    self._seen = changed
+        return self.mounts
 
     def stop(self) -> None:
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
+        if self.mounts_file is not None:
+            shutil.rmtree(self.mounts_file.parent, ignore_errors=True)
+
+
+def _read_mounts(path: Path) -> dict[str, Path]:
+    return {k: Path(v) for k, v in json.loads(path.read_text(encoding="utf-8")).items()}
+
+
+def _write_mounts(path: Path, mounts: dict[str, Path]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({k: str(v) for k, v in mounts.items()}), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def add_to_running(base_url: str, outs: list[str], timeout_s: float = 2.0) -> dict[str, Path] | None:
+    """Add ``outs`` to the docs server of this user answering at ``base_url``; returns the mounts added
+    (those already served left out), or None when no such server answers there."""
+    try:
+        with urllib.request.urlopen(base_url + MOUNTS_PATH, timeout=timeout_s) as resp:  # noqa: S310
+            doc = json.loads(resp.read())
+    except (OSError, ValueError, http.client.HTTPException):
+        return None
+    if not isinstance(doc, dict) or doc.get("kind") != MOUNTS_KIND or not doc.get("mounts_file"):
+        return None
+    path = Path(doc["mounts_file"])
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            current = _read_mounts(path)
+        except (OSError, ValueError):  # another user's server, or gone: not ours to change
+            return None
+        served = set(current.values())
+        wanted = mount_names(list(outs), taken=set(current))
+        added = {k: v for k, v in wanted.items() if v not in served}
+        _write_mounts(path, current | added)
+    return added
 
 
 class _DocsHandler(BaseHTTPRequestHandler):
-    mounts: dict[str, Path] = {}
+    source: DocsServer
+
+    @property
+    def mounts(self) -> dict[str, Path]:
+        return self.source.current()
+
     server_version = "vlmforge-docs"
     sys_version = ""
 
@@ -100,7 +169,11 @@ class _DocsHandler(BaseHTTPRequestHandler):
         if path == "/":
             return self._send(HTTPStatus.OK, self._mounts_page(), "text/html; charset=utf-8", body)
         if path == MOUNTS_PATH:
-            doc = {"kind": MOUNTS_KIND, "mounts": {k: str(v) for k, v in self.mounts.items()}}
+            doc = {
+                "kind": MOUNTS_KIND,
+                "mounts": {k: str(v) for k, v in self.mounts.items()},
+                "mounts_file": str(self.source.mounts_file),  # where `server --docs OUT2` adds OUT2
+            }
             return self._send(HTTPStatus.OK, json.dumps(doc).encode(), "application/json", body)
         root = self.mounts.get(parts[0])
         if root is None:

@@ -32,29 +32,51 @@ def ray_line(execution: ExecutionOptions) -> str:
 
 
 def prefect_line(api_url: str | None) -> str:
-    """One line: the Prefect API the run reports to (a server of its own when none is configured)."""
+    """One line: the Prefect API the run reports to (when none is configured: the project's server, which
+    the run starts when none serves the project's Prefect home)."""
     if api_url:
         return f"Prefect: reporting to {api_url}"
+    from .prefect_home import prefect_home, recorded_server
+
+    home = prefect_home()
+    serving = recorded_server(home)
+    if serving is not None:
+        return f"Prefect: reporting to this project's server at {serving.url} (Prefect home {home})"
     return (
-        'Prefect: starting its own server on 127.0.0.1 for this run only (its "View at" link ends with the '
-        "run; `vlmforge server` keeps one running)"
+        f"Prefect: starting a server on 127.0.0.1 for the Prefect home {home} (it stops with "
+        "the run; the run's records stay there)"
     )
 
 
 def after_run_lines(out: str, run_id: str, api_url: str | None) -> list[str]:
     """Where to see the run once it has ended: its Data Docs (over http when a ``vlmforge server --docs``
-    serves them) and, after a run with a Prefect server of its own, that its "View at" link died with it."""
+    serves them) and, after a run whose Prefect server stopped with it, where its records are and how to
+    browse them."""
     from .docs_link import docs_line
 
     lines = [line] if (line := docs_line(out, run_id, api_url)) else []
     if not api_url:
+        from .prefect_home import prefect_home, recorded_server
+
+        home = prefect_home()
+        serving = recorded_server(home)
+        if serving is not None and serving.kind == "server":
+            return lines  # its "View at" link stays live: `vlmforge server` serves the project
         lines.append(
-            'Prefect: the run\'s own server stopped with it, and its "View at" link too; to keep runs '
-            f"to browse, start `vlmforge server --docs {out}` and run with "
-            "PREFECT_API_URL=http://127.0.0.1:4200/api (this run's results stay: "
-            f"`vlmforge quality {out}`)"
+            f"Prefect: the run's records are kept in the Prefect home {home}; browse them with "
+            f"`vlmforge server --docs {out}` {_from_where(home)}"
         )
     return lines
+
+
+def _from_where(home: object) -> str:
+    """Where ``vlmforge server`` finds ``home`` again: the same folder, or the variable that named it."""
+    from .prefect_home import HOME_ENV
+
+    for name in ("PREFECT_HOME", HOME_ENV):
+        if os.environ.get(name):
+            return f"with {name}={home}"
+    return f"from {os.getcwd()}"
 
 
 def _last_ray_start() -> str | None:

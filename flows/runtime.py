@@ -36,13 +36,8 @@ import os
 import secrets
 import shutil
 import socket
-import subprocess
-import sys
 import tempfile
-import time
-import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -146,7 +141,7 @@ apply_quiet_env()
 
 from prefect_ray import RayTaskRunner  # noqa: E402 - after the environment Ray reads at import
 
-from . import progress  # noqa: E402
+from . import progress, project_server  # noqa: E402
 from .ray_attach import LOOPBACK, attach_driver, attach_kwargs, flow_run_execution  # noqa: E402
 
 
@@ -177,52 +172,6 @@ def drain_prefect_senders(timeout_s: float = 15.0) -> None:
 
     for service in (APILogWorker, EventsWorker):
         service.drain_all(timeout=timeout_s)
-
-
-@dataclass
-class PrefectServer:
-    """``prefect server start`` on loopback, spawned without waiting (:func:`spawn_prefect_server`)."""
-
-    url: str
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-
-    def wait_healthy(self, timeout_s: float) -> None:
-        """Return once ``/health`` answers; raise with the log's tail if the server exits or times out."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2):
-                    return
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    tail = self.log_path.read_text(errors="replace")[-2000:]
-                    raise RuntimeError(f"Prefect server did not start at {self.url}:\n{tail}") from None
-                time.sleep(0.25)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        shutil.rmtree(self.log_path.parent, ignore_errors=True)
-
-
-def spawn_prefect_server() -> PrefectServer:
-    """Start ``prefect server start`` on a free loopback port and return at once (it boots meanwhile).
-
-    It serves the UI too: the run logs the flow run's "View at" link to it, live while the run lasts."""
-    port = _free_port()
-    log_path = Path(tempfile.mkdtemp(prefix="vlmforge-prefect-")) / "server.log"
-    cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", LOOPBACK, "--port", str(port)]
-    env = os.environ.copy()
-    env.pop("PREFECT_API_URL", None)
-    with open(log_path, "wb") as log_file:
-        # a process group of its own: the terminal's Ctrl-C reaches the run's driver, which stops the run
-        # and then this server (it used to die first, leaving the run unable to report)
-        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env, process_group=0)
-    return PrefectServer(f"http://{LOOPBACK}:{port}/api", proc, log_path)
 
 
 @contextlib.contextmanager
@@ -460,14 +409,14 @@ def embedded_runtime(
     while_booting: Callable[[], object] | None = None,
     startup_timeout_s: float = 180.0,
 ) -> Iterator[str]:
-    """A Prefect API for the run (a loopback server when none is configured), started concurrently with
-    the rest of the start-up: while the server boots, ``while_booting`` runs (the CLI imports the flow
-    there) and the local Ray a :class:`LoopbackRayTaskRunner` ``runner`` would start is started, so its
-    ``__enter__`` finds it up (any other runner starts nothing here). Ray's
-    processes inherit ``PREFECT_API_URL``. On the way out Ray stops first, then the server."""
+    """A Prefect API for the run (the project's server when none is configured: :mod:`.project_server`),
+    started concurrently with the rest of the start-up: while the server boots, ``while_booting`` runs (the
+    CLI imports the flow there) and the local Ray a :class:`LoopbackRayTaskRunner` ``runner`` would start
+    is started, so its ``__enter__`` finds it up (any other runner starts nothing here). Ray's processes
+    inherit ``PREFECT_API_URL``. On the way out Ray stops first, then the server is let go of."""
     apply_quiet_env()
     url = configured_api_url()
-    server = None if url else spawn_prefect_server()
+    server = None if url else project_server.hold_project_server()
     url = url or server.url  # type: ignore[union-attr]
     ray_home: Path | None = None
     attached = False
@@ -496,4 +445,4 @@ def embedded_runtime(
         finally:
             if server is not None:
                 drain_prefect_senders()
-                server.stop()
+                server.release()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Register prefect.yaml's deployments on a running server (`vlmforge server`), run the sample-release one and
-# serve it with a process worker (Ctrl-C stops the worker). From the repository root:
+# serve it with `vlmforge worker` (Ctrl-C stops it and cancels the runs it executes). From the repository root:
 #
 #   bash infra/local-deploy.sh                 # PREFECT_API_URL defaults to http://127.0.0.1:4200/api
 #   bash infra/local-deploy.sh --no-run        # register and serve only
@@ -23,4 +23,4 @@ if [[ "${1:-}" != "--no-run" ]]; then
   "${prefect[@]}" deployment run vlmforge-run/sample-release
 fi
 echo "UI: ${PREFECT_API_URL%/api}  (the run appears under Flow Runs)"
-exec "${prefect[@]}" worker start --pool vlmforge-local
+exec "$py" -m vlmforge.flows.cli worker --pool vlmforge-local  # one Ctrl-C cancels its runs (README)

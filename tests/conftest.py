@@ -64,6 +64,7 @@ def _refuse_services() -> None:
     import prefect.testing.utilities
     import ray
 
+    import vlmforge.flows.project_server
     import vlmforge.flows.ray_head
     import vlmforge.flows.runtime
 
@@ -75,7 +76,7 @@ def _refuse_services() -> None:
 
     ray.init = refuse("ray.init")
     prefect.testing.utilities.prefect_test_harness = refuse("a Prefect test server")
-    vlmforge.flows.runtime.spawn_prefect_server = refuse("a Prefect server")
+    vlmforge.flows.project_server.hold_project_server = refuse("a Prefect server")
     vlmforge.flows.runtime.start_local_ray = refuse("a local Ray")
     vlmforge.flows.ray_head.start_ray_head = refuse("a Ray head")
 

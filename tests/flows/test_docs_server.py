@@ -169,14 +169,47 @@ def test_a_run_links_its_docs_over_http_when_the_server_serves_its_folder(
 def test_a_runs_last_lines_point_where_it_can_be_seen_afterwards(
     out: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """After a run with a Prefect of its own, no dead "View at" port is the last word: how to keep runs to
-    browse; after a run that reported to a server, only the Data Docs line."""
+    """After a run whose Prefect server stopped with it, no dead "View at" port is the last word: where its
+    records are kept and how to browse them; after a run that reported to a server, only the Data Docs
+    line."""
     from vlmforge.flows.run_banner import after_run_lines, prefect_line
 
     monkeypatch.setenv("VLMFORGE_DOCS_URL", "http://127.0.0.1:9")  # nothing serves there: the file path
+    monkeypatch.setenv("PREFECT_HOME", str(out.parent / "prefect-home"))
     own = after_run_lines(str(out), RUN, None)
     assert own[0].startswith(f"Data Docs: {out}/quality/{RUN}/docs/index.html; serve them over http")
-    assert own[1].startswith("Prefect: the run's own server stopped with it")
-    assert f"vlmforge server --docs {out}" in own[1] and "PREFECT_API_URL=http://127.0.0.1:4200/api" in own[1]
+    assert own[1].startswith(
+        f"Prefect: the run's records are kept in the Prefect home {out.parent}/prefect-home"
+    )
+    assert own[1].endswith(f"`vlmforge server --docs {out}` with PREFECT_HOME={out.parent}/prefect-home")
     assert after_run_lines(str(out), RUN, "http://127.0.0.1:4200/api") == own[:1]
-    assert "for this run only" in prefect_line(None) and "View at" in prefect_line(None)
+    assert "it stops with the run; the run's records stay there" in prefect_line(None)
+
+
+def test_a_second_server_docs_adds_its_folder_to_the_running_server(
+    server: tuple[str, int], tmp_path: Path
+) -> None:
+    """``vlmforge server --docs OUT2`` while one serves: OUT2 is added to it, one line says so, exit 0 (it
+    used to start a second Prefect server that failed on the taken port)."""
+    mount, ui_port = server
+    base = mount.rsplit("/", 2)[0]
+    second = tmp_path / "my-out"  # the running server already has a `my-out`: this one is `my-out-2`
+    layout = OutputLayout(str(second))
+    record_run(layout, RUN, subsets=["x"], skip_gate=False)
+    build_data_docs(layout, RUN)
+    docs_port = base.rsplit(":", 1)[1]
+    cmd = [sys.executable, "-m", "vlmforge.flows.cli", "server", "--port", str(ui_port)]
+    cmd += ["--docs", str(second), "--docs-port", docs_port]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, env=os.environ | {"COLUMNS": "200"}
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"already serves Data Docs at {base}/: added to it" in done.stderr
+    assert f"{second} -> {base}/my-out-2/" in done.stderr
+    status, _, page = _get(f"{base}/my-out-2/")
+    assert status == 200 and f'href="{RUN}/docs/index.html"'.encode() in page
+    assert _get(f"{mount}{RUN}/docs/index.html")[0] == 200  # the first folder still served
+    again = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, env=os.environ | {"COLUMNS": "200"}
+    )
+    assert again.returncode == 0 and "already served there" in again.stderr
