@@ -102,7 +102,7 @@ def run_gate(
     max_pixels: int | None,
     seq_len: int | None,
     max_num_images: int | None,
-    max_reject_rate: float | None,
+    max_reject_rate: float,
     max_media_bytes: int | None = None,
     min_pixels: int | None = None,
     token_factor: int | None = None,

@@ -26,6 +26,7 @@ from typing import Literal
 
 from PIL import Image
 
+from ...schemas.config import DEFAULT_MAX_IMAGE_PIXELS
 from .big_png import goes_in_strips, process_big_png
 from .colour import apply_icc, normalise_mode
 from .decode import RetryRelaxed, classify_decode_error, full_decode, open_header, pillow_limit_lifted
@@ -143,7 +144,7 @@ def process_image(
     *,
     target_size: Callable[[int, int], tuple[int, int]],
     max_pixels: int,
-    max_image_pixels: int = 256_000_000,
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
     image_format: ImageFormat = "keep",
     jpeg_quality: int = 92,
     min_pixels: int = 0,
