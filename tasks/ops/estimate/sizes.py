@@ -22,6 +22,7 @@ from ....schemas.recipes import (
     ReleaseTarSource,
     S3Source,
     UnsetVariable,
+    by_source_kind,
     fill,
     ref_variables,
 )
@@ -260,10 +261,9 @@ class ArchiveSizer:
         return ctx.streamed[url]
 
 
-SIZERS: dict[str, Sizer] = {
-    s.kind: s
-    for s in (ReleaseTarSizer(), LocalSizer(), HttpFilesSizer(), ArchiveSizer(), S3Sizer(), HfSizer())
-}
+SIZERS: dict[str, Sizer] = by_source_kind(
+    (ReleaseTarSizer(), LocalSizer(), HttpFilesSizer(), ArchiveSizer(), S3Sizer(), HfSizer()), "sizer"
+)
 
 
 def size_references(refs: list[str], recipe: Recipe, ctx: SizingContext) -> dict[str, Answer]:
