@@ -36,8 +36,7 @@ from __future__ import annotations
 import posixpath
 import re
 import string
-from collections.abc import Iterable
-from typing import Annotated, Any, ClassVar, Literal, Protocol, TypeVar, get_args
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -431,32 +430,6 @@ SOURCE_KINDS: tuple[str, ...] = tuple(get_args(m.model_fields["kind"].annotation
 REMOTE_KINDS: frozenset[str] = frozenset(
     k for m, k in zip(SOURCE_MODELS, SOURCE_KINDS, strict=True) if m.remote
 )
-
-
-class _OfKind(Protocol):
-    @property
-    def kind(self) -> str: ...
-
-
-_Part = TypeVar("_Part", bound=_OfKind)
-
-
-def by_source_kind(parts: Iterable[_Part], part: str) -> dict[str, _Part]:
-    """A registry of one ``part`` per recipe source kind (a fetcher, a sizer, ...) keyed by its ``kind``, in
-    :data:`SOURCE_KINDS` order: built where the parts are defined, so a kind without its part (or a part of no
-    kind) fails at import, naming both."""
-    found: dict[str, _Part] = {}
-    for p in parts:
-        if p.kind in found:
-            raise ValueError(f"two {part}s of source kind {p.kind!r}")
-        found[p.kind] = p
-    missing, extra = set(SOURCE_KINDS) - set(found), set(found) - set(SOURCE_KINDS)
-    if missing or extra:
-        raise ValueError(
-            f"every recipe source kind needs one {part}: none for {sorted(missing)}; "
-            f"{sorted(extra)} are not kinds of schemas/recipes.py's Source"
-        )
-    return {kind: found[kind] for kind in SOURCE_KINDS}
 
 
 class Recipe(_Model):

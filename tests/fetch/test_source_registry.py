@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from vlmforge.schemas.recipes import REMOTE_KINDS, SOURCE_KINDS, SOURCE_MODELS, by_source_kind, parse_recipe
+from vlmforge.schemas.recipes import REMOTE_KINDS, SOURCE_KINDS, SOURCE_MODELS, parse_recipe
+from vlmforge.schemas.source_registry import by_source_kind
 from vlmforge.tasks.catalog.recipe_init import URL_SHAPES, source_for_url
 from vlmforge.tasks.fetch.sources import SOURCES
 from vlmforge.tasks.ops.estimate.sizes import SIZERS

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ....schemas.recipes import by_source_kind
+from ....schemas.source_registry import by_source_kind
 from .archive import Archive
 from .hf import Hf
 from .http_files import HttpFiles

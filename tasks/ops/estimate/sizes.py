@@ -22,10 +22,10 @@ from ....schemas.recipes import (
     ReleaseTarSource,
     S3Source,
     UnsetVariable,
-    by_source_kind,
     fill,
     ref_variables,
 )
+from ....schemas.source_registry import by_source_kind
 from ...fetch import (
     MATCH_BUDGET,
     NO_SOURCE,
