@@ -24,6 +24,9 @@ from .redact import redact_options
 # Bump when a change alters manifest or shard bytes for the same inputs and options; it is part of every
 # batch fingerprint, so a new code version redoes exactly the work whose outputs it changes.
 PIPELINE_VERSION = "4"
+# The manifest columns this version writes (schemas/rows.py: manifest_fingerprint()). A new column changes
+# them: tests/schemas/test_manifest_version.py fails until PIPELINE_VERSION is bumped and this updated.
+PIPELINE_MANIFEST_FINGERPRINT = "0213c592c5b40389"
 
 # Defaults a stage also needs when called without a config (tests, benchmarks, other commands): declared here
 # once, used by the fields below and by the stages' parameters (tests/schemas/test_option_defaults.py).
