@@ -39,8 +39,8 @@ from ...fetch import (
     check_zip_entry,
     file_in,
     normalize_member,
+    s3_filesystem,
 )
-from ...fetch import _filesystem as s3_filesystem
 from ...parse import normalize_ref, unsafe_ref_reason
 from ...storage import is_local, url_to_fs
 from .probes import IndexedReleaseMedia, file_size, fs_sizes, http_size, zip_directory
