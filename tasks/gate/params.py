@@ -181,12 +181,11 @@ def _param_problem(param: str, value: Any) -> str | None:
 def gate_params(
     subset: str,
     *,
-    max_pixels: int | None,
     max_reject_rate: float,
-    min_pixels: int | None = None,
-    seq_len: int | None = None,
-    max_num_images: int | None = None,
-    max_media_bytes: int | None = None,
+    seq_len: int | None,
+    max_num_images: int | None,
+    min_pixels: int | None,
+    max_pixels: int | None,
     overrides: GateOverrides | None = None,
 ) -> dict[str, Param]:
     """Effective parameters of ``subset``: the gate's defaults and the run's options and preset (as given)
@@ -199,8 +198,6 @@ def gate_params(
         "max_pixels": max_pixels,
         **DEFAULT_PARAMS,
     }
-    if max_media_bytes is not None:
-        params["max_media_bytes"] = max_media_bytes
     if overrides is not None:
         params.update(overrides.for_subset(subset))
     return params
