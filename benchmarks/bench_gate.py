@@ -7,10 +7,9 @@
 The manifests are written as zstd Parquet parts of 1M rows under a temporary OUT (one subset, ``big``),
 like the pipeline writes them, and every run reads them from disk.
 
-* **vlmforge** (:func:`vlmforge.tasks.gate.check.run_gate` on the Parquet parts): DuckDB aggregates every
-  row of
-  the manifests into the suite profiles, Great Expectations validates the profiles (samples, media and
-  drift suites, all expectations).
+* **vlmforge** (the gate as a run calls it, :func:`vlmforge.tasks.gate.check.gate_subset`, on the Parquet
+  parts): DuckDB aggregates every row of the manifests into the suite profiles, Great Expectations
+  validates the profiles (samples, media and drift suites, all expectations).
 * **peer**: Great Expectations 1.x's pandas engine row by row, the way the gate worked before (the
   manifest read with pyarrow, derived columns added in pandas, each expectation with its row condition),
   with the same checks expressed row-level. It is run at ``--peer-rows`` samples (and the proportional
@@ -35,9 +34,13 @@ import pyarrow.parquet as pq
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 
+import dataclasses  # noqa: E402
+
+from vlmforge.schemas.config import RunConfig  # noqa: E402
+from vlmforge.schemas.records import SubsetEntry  # noqa: E402
 from vlmforge.schemas.tables import MEDIA, SAMPLES
-from vlmforge.tasks.gate.check import run_gate  # noqa: E402
-from vlmforge.tasks.gate.profiles import ManifestParts  # noqa: E402
+from vlmforge.tasks.gate.check import gate_inputs, gate_one, gate_subset  # noqa: E402
+from vlmforge.tasks.gate.params import GateOverrides  # noqa: E402
 from vlmforge.tasks.manifests import OutputLayout  # noqa: E402
 
 SUBSET = "big"
@@ -154,21 +157,18 @@ def make_manifests(out: Path, samples: int, media: int, seed: int = 0) -> tuple[
 
 
 def vlmforge_gate(out: Path, rows: int, *, with_media: bool = True) -> tuple[float, bool]:
-    layout = OutputLayout(str(out))
-    media = ManifestParts.of(layout, "media", SUBSET) if with_media else MEDIA.empty_table()
+    # the default model's geometry is the one the manifests are made for (MAX_PIXELS, MIN_PIXELS, FACTOR)
+    cfg = RunConfig(release=str(out), out=str(out), max_reject_rate=0.01)
+    entry = SubsetEntry(
+        subset=SUBSET, path="", jsonl="", readme_sha256=None, jsonl_sha256="", jsonl_bytes=0, rows=rows,
+        license="unknown", license_text=None,
+    )  # fmt: skip
     t0 = time.perf_counter()
-    result = run_gate(
-        SUBSET,
-        ManifestParts.of(layout, "samples", SUBSET),
-        media,
-        rows=rows,
-        max_pixels=MAX_PIXELS,
-        min_pixels=MIN_PIXELS,
-        seq_len=None,
-        max_num_images=None,
-        max_reject_rate=0.01,
-        token_factor=FACTOR,
-    )
+    if with_media:
+        result = gate_subset(cfg, entry, overrides=GateOverrides())
+    else:  # the media suite over an empty manifest
+        inputs = gate_inputs(cfg, entry, run_id=None, overrides=GateOverrides())
+        result = gate_one(dataclasses.replace(inputs, media=MEDIA.empty_table()))
     seconds = time.perf_counter() - t0
     if not result.passed:
         print("vlmforge gate failed unexpectedly:", result.summary()[:500], file=sys.stderr)

@@ -293,7 +293,7 @@ def run(path: Path, batch_lines: int) -> list[tuple[str, float, int]]:
     scan_holder: list[Any] = []
 
     def scan() -> int:
-        s = scan_subset_jsonl(fs, str(path), batch_lines, subset="bench")
+        s = scan_subset_jsonl(fs, str(path), batch_lines, subset="bench", batch_media=None)
         scan_holder.append(s)
         return s.rows
 
@@ -319,7 +319,8 @@ def _rss_child(mode: str, path: str) -> int:
         "if mode == 'parse':\n"
         "    n = sum(1 for _ in iter_records(path))\n"
         "else:\n"
-        "    n = scan_subset_jsonl(fsspec.filesystem('file'), path, 2000, subset='bench').rows\n"
+        "    fs = fsspec.filesystem('file')\n"
+        "    n = scan_subset_jsonl(fs, path, 2000, subset='bench', batch_media=None).rows\n"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)

@@ -24,6 +24,17 @@ from .redact import redact_options
 # Bump when a change alters manifest or shard bytes for the same inputs and options; it is part of every
 # batch fingerprint, so a new code version redoes exactly the work whose outputs it changes.
 PIPELINE_VERSION = "4"
+# The manifest columns this version writes (schemas/rows.py: manifest_fingerprint()). A new column changes
+# them: tests/schemas/test_manifest_version.py fails until PIPELINE_VERSION is bumped and this updated.
+PIPELINE_MANIFEST_FINGERPRINT = "0213c592c5b40389"
+
+# Defaults a stage also needs when called without a config (tests, benchmarks, other commands): declared here
+# once, used by the fields below and by the stages' parameters (tests/schemas/test_option_defaults.py).
+DEFAULT_BATCH_LINES: Final = 10_000
+DEFAULT_BATCH_MEDIA: Final = 256
+DEFAULT_MAX_IMAGE_PIXELS: Final = 256_000_000
+DEFAULT_SHARD_MAX_BYTES: Final = 1_000_000_000
+DEFAULT_SHARD_MAX_SAMPLES: Final = 10_000
 
 
 def _mask_secret_options(self: BaseModel, options: dict[str, Any]) -> dict[str, Any]:
@@ -189,7 +200,9 @@ class MediaOptions(_Options):
         default="keep", description="stored image format"
     )
     max_image_pixels: int = Field(
-        default=256_000_000, gt=0, description="decompression-bomb limit, checked from the header"
+        default=DEFAULT_MAX_IMAGE_PIXELS,
+        gt=0,
+        description="decompression-bomb limit, checked from the header",
     )
     min_image_side: int = Field(default=1, ge=1, description="reject images with a shorter side (too_small)")
     video_timeout_s: float = Field(default=120.0, gt=0)
@@ -267,14 +280,16 @@ class BatchOptions(_Options):
     # Lines per batch at most. 10,000 text rows are ~1 s of work: at 2,000, Prefect's and Ray's per-task
     # cost was a third of a text subset's batch stage (200,000 rows: 34.6 s wall, at 10,000: 17.1 s).
     batch_lines: int = Field(
-        default=10_000,
+        default=DEFAULT_BATCH_LINES,
         gt=0,
         description="JSONL lines per batch at most (the unit of work; media cap it sooner)",
     )
     # A line over it is a batch of its own: work sized by work, not lines. An image batch is ~10 core-s at
     # 256; raise it on a large cluster to spread Prefect's and Ray's ~0.5 CPU-s a task over more work.
     batch_media: int = Field(
-        default=256, gt=0, description="media references per batch at most (images and videos)"
+        default=DEFAULT_BATCH_MEDIA,
+        gt=0,
+        description="media references per batch at most (images and videos)",
     )
     val_fraction: float = Field(default=0.0, ge=0.0, lt=1.0, description="share of samples in the val split")
 
@@ -285,12 +300,14 @@ class ShardOptions(_Options):
     model_config = ConfigDict(title="Shards")
 
     shard_max_bytes: int = Field(
-        default=1_000_000_000,
+        default=DEFAULT_SHARD_MAX_BYTES,
         gt=0,
         description="target bytes per shard (1GB, 500MB, ...)",
         json_schema_extra=flag("--shard-size", metavar="SIZE", shown_default="1GB"),
     )
-    shard_max_samples: int = Field(default=10_000, gt=0, description="samples per shard at most")
+    shard_max_samples: int = Field(
+        default=DEFAULT_SHARD_MAX_SAMPLES, gt=0, description="samples per shard at most"
+    )
     # Energon sample format (tasks/publish/formats: FORMATS)
     sample_format: Literal["bridge", "crude"] = Field(
         default="bridge",

@@ -9,7 +9,8 @@ Levels say which column a code lands in:
 
 - ``sample``: ``samples.reason`` (the line is rejected or dropped);
 - ``media``: ``media.reason`` of one reference, and the cause inside a sample's
-  ``media_error: <ref>: <cause>``;
+  ``media_error: <ref>: <cause>``; each such entry names the media kinds it rejects (``media_kinds``), from
+  which the media stage's image and video lists are derived (:func:`media_codes`);
 - ``fetch``: ``media.fetch_status``, the class of an upstream failure (the sample says ``fetch_failed``).
 
 Adding a reason is one entry here plus the code that emits it (and its README row, which the test asks for).
@@ -23,6 +24,10 @@ from typing import Final, Literal
 Stage = Literal["parse", "fetch", "media", "tokens", "knob", "batch"]
 Status = Literal["rejected", "dropped"]
 Level = Literal["sample", "media", "fetch"]
+MediaKind = Literal["image", "video"]
+IMAGE: Final[tuple[MediaKind, ...]] = ("image",)
+VIDEO: Final[tuple[MediaKind, ...]] = ("video",)
+BOTH: Final[tuple[MediaKind, ...]] = ("image", "video")
 
 
 @dataclass(frozen=True)
@@ -32,10 +37,31 @@ class Reason:
     status: Status
     level: Level
     meaning: str
+    #: media level: the kinds of media item the code rejects (the media stage's lists derive from it)
+    media_kinds: tuple[MediaKind, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.level == "media") != bool(self.media_kinds):
+            raise ValueError(
+                f"reason {self.code!r}: media kinds are given for, and only for, media-level codes"
+            )
 
 
 def _entries(stage: Stage, status: Status, level: Level, meanings: dict[str, str]) -> dict[str, Reason]:
     return {code: Reason(code, stage, status, level, text) for code, text in meanings.items()}
+
+
+def _media_entries(meanings: dict[str, tuple[tuple[MediaKind, ...], str]]) -> dict[str, Reason]:
+    """Media-level rejects, each with the kinds of media item it applies to."""
+    return {
+        code: Reason(code, "media", "rejected", "media", text, kinds)
+        for code, (kinds, text) in meanings.items()
+    }
+
+
+def media_codes(kind: MediaKind) -> tuple[str, ...]:
+    """The media-level codes an item of ``kind`` can be rejected with."""
+    return tuple(r.code for r in REASONS.values() if kind in r.media_kinds)
 
 
 REASONS: Final[dict[str, Reason]] = {
@@ -88,28 +114,40 @@ REASONS: Final[dict[str, Reason]] = {
         },
     ),
     # ------------------------------------------------------------------ one image or video (media)
-    **_entries(
-        "media",
-        "rejected",
-        "media",
+    **_media_entries(
         {
-            "zero_size": "the file is empty",
-            "not_an_image": "the bytes are not an image format the pipeline reads (HTML page, text, ...)",
-            "unsupported_format": "an image or video format vlmforge does not accept (XPM, FITS, SWF, HEIF "
-            "without its plugin, ...)",
-            "truncated": "the file ends before its data does (a body cut short, a release tar member whose "
-            "header claims more bytes than the tar holds)",
-            "decode_error": "the decoder failed on the file's data",
-            "decompression_bomb": "the header claims more pixels than --max-image-pixels",
-            "decode_budget": "decoding this format at this size would take more memory than one image may "
-            "(priced per format from the header; README: Reliability)",
-            "too_small": "a displayed side is below --min-image-side (or the header claims zero)",
-            "aspect_ratio": "the model's processor refuses the aspect ratio (over 200:1 for Qwen)",
-            "not_a_video": "the bytes are not a video container",
-            "no_video_stream": "the container holds no video stream",
-            "video_decode_error": "the video stream does not decode (no decoder, no frames, corrupt data)",
-            "video_timeout": "decoding took longer than the video time limit",
-            "frame_selection": "the model's frame sampling cannot pick frames from this video",
+            "zero_size": (BOTH, "the file is empty"),
+            "not_an_image": (
+                IMAGE,
+                "the bytes are not an image format the pipeline reads (HTML page, text, ...)",
+            ),
+            "unsupported_format": (
+                BOTH,
+                "an image or video format vlmforge does not accept (XPM, FITS, SWF, HEIF without its plugin, "
+                "...)",
+            ),
+            "truncated": (
+                IMAGE,
+                "the file ends before its data does (a body cut short, a release tar member whose header "
+                "claims more bytes than the tar holds)",
+            ),
+            "decode_error": (IMAGE, "the decoder failed on the file's data"),
+            "decompression_bomb": (BOTH, "the header claims more pixels than --max-image-pixels"),
+            "decode_budget": (
+                IMAGE,
+                "decoding this format at this size would take more memory than one image may (priced per "
+                "format from the header; README: Reliability)",
+            ),
+            "too_small": (IMAGE, "a displayed side is below --min-image-side (or the header claims zero)"),
+            "aspect_ratio": (IMAGE, "the model's processor refuses the aspect ratio (over 200:1 for Qwen)"),
+            "not_a_video": (VIDEO, "the bytes are not a video container"),
+            "no_video_stream": (VIDEO, "the container holds no video stream"),
+            "video_decode_error": (
+                VIDEO,
+                "the video stream does not decode (no decoder, no frames, corrupt data)",
+            ),
+            "video_timeout": (VIDEO, "decoding took longer than the video time limit"),
+            "frame_selection": (VIDEO, "the model's frame sampling cannot pick frames from this video"),
         },
     ),
     # ------------------------------------------------------------------ one upstream object (fetch)

@@ -1,11 +1,12 @@
 """Typed rows of the ``samples`` and ``media`` manifests: a field of :class:`SampleRow` / :class:`MediaRow` IS
 a column, and the Parquet schemas (``schemas/manifests.py``) are derived from these classes.
 
-Adding a manifest column is one field here plus the one stage that sets it. The field order is the column
-order; the annotation gives the Arrow type (``str`` string, ``int`` int64, ``float`` float64, ``bool``,
-``list[...]``; :data:`Int32` where the column is 32-bit) and ``| None`` makes the column nullable. A batch
-builds thousands of rows, so they are plain slotted dataclasses (no validation per row): an unknown column is
-a ``TypeError`` when the row is made and an ``AttributeError`` when it is set.
+Adding a manifest column is one field here plus the one stage that sets it, and a new ``PIPELINE_VERSION``
+with the new :func:`manifest_fingerprint` beside it (``schemas/config.py``; a test fails until both are).
+The field order is the column order; the annotation gives the Arrow type (``str`` string, ``int`` int64,
+``float`` float64, ``bool``, ``list[...]``; :data:`Int32` where the column is 32-bit) and ``| None`` makes the
+column nullable. A batch builds thousands of rows, so they are plain slotted dataclasses (no validation per
+row): an unknown column is a ``TypeError`` when the row is made and an ``AttributeError`` when it is set.
 
 MANIFEST BREAKING CHANGE rule: renaming or retyping a column breaks users' DuckDB queries and later runs'
 resume; add fields at the end, never repurpose them. Column meanings are documented in README.md.
@@ -13,13 +14,14 @@ resume; add fields at the end, never repurpose them. Column meanings are documen
 
 from __future__ import annotations
 
+import hashlib
 import types
 from dataclasses import dataclass, fields
 from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
 
 import pyarrow as pa
 
-__all__ = ["Int32", "MediaRow", "SampleRow", "arrow_schema"]
+__all__ = ["Int32", "MediaRow", "SampleRow", "arrow_schema", "manifest_fingerprint"]
 
 Int32 = Annotated[int, pa.int32()]
 
@@ -116,3 +118,14 @@ def arrow_schema(row_type: type) -> pa.Schema:
     """The Parquet schema of a row class: its fields in order, typed and nullable as annotated."""
     hints = get_type_hints(row_type, include_extras=True)
     return pa.schema([_field(f.name, hints[f.name]) for f in fields(row_type)])
+
+
+def manifest_fingerprint(samples: type = SampleRow, media: type = MediaRow) -> str:
+    """A short hash of the columns a batch writes (names, order, Arrow types, nullability of the samples and
+    media manifests): what ``schemas/config.py`` records beside ``PIPELINE_VERSION``."""
+    text = "\n".join(
+        f"{table}.{f.name}: {f.type}{'' if f.nullable else ' not null'}"
+        for table, row in (("samples", samples), ("media", media))
+        for f in arrow_schema(row)
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,22 +1,41 @@
 """The stage functions: plain functions, no Prefect and no Ray (``flows/`` wraps them).
 
-:data:`STAGES` is the import order: a stage imports only the front doors (package ``__init__``) of the stages
-before it, and the shared modules (:data:`SHARED`, and ``schemas``). ``tests/test_layout.py`` enforces it.
+Two orders, each declared once: :data:`STAGES` is the order data moves in (a run stages a public set, catalogs
+the release, then each batch parses, fetches, sizes, verifies and counts, and the gate, publish and ops
+follow); :data:`IMPORT_ORDER` is the order stages may import each other: a stage imports only the front doors
+(package ``__init__``) of the stages before it there, and the shared modules (:data:`SHARED`, and
+``schemas``). They differ where a stage reuses a later one's tools: ``staging`` reads archives with the fetch
+stage's readers and sniffs media with the media stage's, so it comes after them in the import order.
+``tests/test_layout.py`` enforces the import order and that both list the same stages.
 """
 
-#: Stages in import order; a stage's package ``__init__`` is its front door.
+#: Stages in the order data moves through them; a stage's package ``__init__`` is its front door.
 STAGES = (
+    "staging",  # public benchmark sets staged into the release layout (--format)
     "catalog",  # what a release holds, before any media work
     "parse",  # JSONL lines to normalised records or rejects
     "fetch",  # media bytes from wherever they live into the content store
     "geometry",  # the target model's geometry: resize rule, frames, visual tokens per media item
     "media",  # verify, orient, convert and resize what was fetched
     "tokens",  # exact per-sample token counts (text + visual)
-    "staging",  # public benchmark sets staged into the release layout (reads archives, sniffs media)
-    "batch",  # the hub: one batch of lines from bytes to committed manifest parts
+    "batch",  # the hub: one batch of lines from bytes to committed manifest parts (parse .. tokens)
     "gate",  # Great Expectations suites over DuckDB profiles
     "publish",  # committed manifests to a live Energon dataset
     "ops",  # what people run on a finished output
+)
+#: Stages in import order: each imports only the front doors of those before it.
+IMPORT_ORDER = (
+    "catalog",
+    "parse",
+    "fetch",
+    "geometry",  # before media: media sizes what it stores by it
+    "media",
+    "tokens",
+    "staging",  # after fetch and media: their archive readers and media sniffer
+    "batch",
+    "gate",
+    "publish",
+    "ops",
 )
 #: Modules every stage may import: they import nothing of the stages.
 SHARED = ("errors", "storage", "manifests")

@@ -101,12 +101,12 @@ def test_no_module_is_oversized() -> None:
 
 def _stage(module: str) -> str | None:
     """The stage a product module belongs to (``vlmforge.energon`` is the publish format's reading side)."""
-    from vlmforge.tasks import STAGES
+    from vlmforge.tasks import IMPORT_ORDER
 
     parts = module.split(".")
     if module == "vlmforge.energon":
         return "publish"
-    return parts[2] if len(parts) > 2 and parts[1] == "tasks" and parts[2] in STAGES else None
+    return parts[2] if len(parts) > 2 and parts[1] == "tasks" and parts[2] in IMPORT_ORDER else None
 
 
 def _is_shared(module: str) -> bool:
@@ -118,7 +118,7 @@ def _is_shared(module: str) -> bool:
 
 def _import_violations(mods: dict[str, Path]) -> list[str]:
     """Imports against the stage order, one line each: importer -> imported: why."""
-    from vlmforge.tasks import STAGES
+    from vlmforge.tasks import IMPORT_ORDER
 
     known = set(mods)
     bad = []
@@ -134,7 +134,7 @@ def _import_violations(mods: dict[str, Path]) -> list[str]:
                 continue
             elif dep != door:
                 bad.append(f"{name} -> {dep}: past the front door {door}")
-            elif here is not None and STAGES.index(there) > STAGES.index(here):
+            elif here is not None and IMPORT_ORDER.index(there) > IMPORT_ORDER.index(here):
                 bad.append(f"{name} -> {dep}: {there} comes after {here}")
             elif here is None and top not in ("flows", "tasks"):
                 bad.append(f"{name} -> {dep}: only flows/ and stages import stages")
@@ -144,6 +144,15 @@ def _import_violations(mods: dict[str, Path]) -> list[str]:
 def test_stages_import_earlier_front_doors_only() -> None:
     bad = _import_violations(_modules())
     assert not bad, "\n".join(bad)
+
+
+def test_both_stage_orders_name_every_stage_package() -> None:
+    """tasks/__init__.py's data order (STAGES) and import order (IMPORT_ORDER) list the same stages, each
+    once: every package of tasks/, so a new stage is placed in both."""
+    from vlmforge.tasks import IMPORT_ORDER, STAGES
+
+    packages = {p.parent.name for p in (REPO / "tasks").glob("*/__init__.py")}
+    assert sorted(STAGES) == sorted(IMPORT_ORDER) == sorted(packages)
 
 
 @pytest.mark.parametrize(

@@ -42,7 +42,7 @@ class BatchPlan:
 class BatchPlanner:
     """Fed every line of a JSONL in order (:meth:`add`), gives the plan at the end (:meth:`plan`)."""
 
-    def __init__(self, batch_lines: int, batch_media: int | None = None, min_batches: int = 1) -> None:
+    def __init__(self, batch_lines: int, batch_media: int | None, min_batches: int = 1) -> None:
         if batch_lines < 1 or (batch_media is not None and batch_media < 1) or min_batches < 1:
             raise ValueError("batch_lines, batch_media and min_batches must be positive")
         self.batch_lines, self.batch_media, self.min_batches = batch_lines, batch_media, min_batches

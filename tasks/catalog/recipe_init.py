@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,14 +24,74 @@ from ..storage import url_to_fs
 from .licenses import detect_license
 
 _URL = re.compile(r"""(?:https?|s3)://[^\s<>()\[\]"'`]+""")
-_ARCHIVE = re.compile(r"\.(zip|tar|tgz|tar\.gz|tar\.bz2|tar\.xz)$", re.IGNORECASE)
-_HF = re.compile(
-    r"^https?://huggingface\.co/datasets/([\w.-]+/[\w.-]+)(?:/(?:tree|resolve|blob)/([^/]+)/?(.*))?"
+_ARCHIVE_EXT = r"\.(?i:zip|tar|tgz|tar\.gz|tar\.bz2|tar\.xz)"
+_HF = r"^https?://huggingface\.co/datasets/([\w.-]+/[\w.-]+)"
+
+
+@dataclass(frozen=True)
+class UrlShape:
+    """One shape of README URL that names a media location, and the recipe source of ``kind`` drafted from it
+    (``fields`` of the match: the source's fields after its kind)."""
+
+    kind: str
+    pattern: re.Pattern[str]
+    fields: Callable[[re.Match[str]], dict[str, Any]]
+
+    def draft(self, url: str) -> dict[str, Any] | None:
+        m = self.pattern.match(url)
+        return None if m is None else {"kind": self.kind, **self.fields(m)}
+
+
+def _hf_path(m: re.Match[str]) -> dict[str, Any]:
+    path = m.group(3) or ""
+    return {
+        "repo": m.group(1),
+        "revision": m.group(2) or "main",
+        "path": f"{path.rstrip('/')}/{{ref}}" if path else "{ref}",
+    }
+
+
+def _s3_http(m: re.Match[str]) -> dict[str, Any]:
+    prefix = m.group(2).rstrip("/")
+    return {"url": f"s3://{m.group(1)}/{prefix + '/' if prefix else ''}{{name}}", "anon": True}
+
+
+def _github(m: re.Match[str]) -> dict[str, Any]:
+    branch, path = m.group(2) or "main", (m.group(3) or "").rstrip("/")
+    base = f"https://raw.githubusercontent.com/{m.group(1)}/{branch}/"
+    return {"url": base + (f"{path}/" if path else "") + "{ref}", "max_concurrency": 4}
+
+
+#: README URL shapes in the order they are tried; the first that matches drafts the source.
+URL_SHAPES: tuple[UrlShape, ...] = (
+    # an archive in a Hugging Face dataset repo
+    UrlShape(
+        "archive",
+        re.compile(_HF + r"/(?:tree|resolve|blob)/([^/]+)/?(.*" + _ARCHIVE_EXT + ")$"),
+        lambda m: {"url": f"hf://datasets/{m.group(1)}@{m.group(2)}/{m.group(3)}", "member": "{ref}"},
+    ),
+    # a Hugging Face dataset repo or a folder in it
+    UrlShape("hf", re.compile(_HF + r"(?:/(?:tree|resolve|blob)/([^/]+)/?(.*))?"), _hf_path),
+    # any other archive (its query string aside)
+    UrlShape(
+        "archive",
+        re.compile(r"[^?]*" + _ARCHIVE_EXT + r"(?:\?.*)?$"),
+        lambda m: {"url": m.string, "member": "{ref}"},
+    ),
+    UrlShape("s3", re.compile(r"s3://"), lambda m: {"url": f"{m.string.rstrip('/')}/{{name}}", "anon": True}),
+    # an S3 bucket by its HTTP name
+    UrlShape(
+        "s3", re.compile(r"^https?://([a-z0-9.-]+)\.s3[.-]?(?:[a-z0-9-]+\.)?amazonaws\.com/(.*)$"), _s3_http
+    ),
+    # a GitHub repository or a folder in it, read from raw.githubusercontent.com
+    UrlShape(
+        "http_files",
+        re.compile(r"^https?://github\.com/([\w.-]+/[\w.-]+?)(?:\.git)?(?:/(?:tree|blob)/([^/]+)/?(.*))?/?$"),
+        _github,
+    ),
+    # a plain folder
+    UrlShape("http_files", re.compile(r".*/$"), lambda m: {"url": m.string + "{ref}"}),
 )
-_GITHUB = re.compile(
-    r"^https?://github\.com/([\w.-]+/[\w.-]+?)(?:\.git)?(?:/(?:tree|blob)/([^/]+)/?(.*))?/?$"
-)
-_S3_HTTP = re.compile(r"^https?://([a-z0-9.-]+)\.s3[.-]?(?:[a-z0-9-]+\.)?amazonaws\.com/(.*)$")
 
 
 @dataclass(frozen=True)
@@ -47,43 +108,9 @@ def readme_urls(readme: str) -> list[str]:
 
 
 def source_for_url(url: str) -> dict[str, Any] | None:
-    """A recipe source drafted from one URL, or None when the URL does not look like a media location."""
-    m = _HF.match(url)
-    if m:
-        path = m.group(3) or ""
-        src: dict[str, Any] = {"kind": "hf", "repo": m.group(1), "revision": m.group(2) or "main"}
-        if _ARCHIVE.search(path):
-            return {
-                "kind": "archive",
-                "url": f"hf://datasets/{m.group(1)}@{src['revision']}/{path}",
-                "member": "{ref}",
-            }
-        src["path"] = f"{path.rstrip('/')}/{{ref}}" if path else "{ref}"
-        return src
-    if _ARCHIVE.search(url.split("?", 1)[0]):
-        return {"kind": "archive", "url": url, "member": "{ref}"}
-    if url.startswith("s3://"):
-        return {"kind": "s3", "url": f"{url.rstrip('/')}/{{name}}", "anon": True}
-    m = _S3_HTTP.match(url)
-    if m:
-        prefix = m.group(2).rstrip("/")
-        return {
-            "kind": "s3",
-            "url": f"s3://{m.group(1)}/{prefix + '/' if prefix else ''}{{name}}",
-            "anon": True,
-        }
-    m = _GITHUB.match(url)
-    if m:
-        branch, path = m.group(2) or "main", (m.group(3) or "").rstrip("/")
-        base = f"https://raw.githubusercontent.com/{m.group(1)}/{branch}/"
-        return {
-            "kind": "http_files",
-            "url": base + (f"{path}/" if path else "") + "{ref}",
-            "max_concurrency": 4,
-        }
-    if url.endswith("/"):
-        return {"kind": "http_files", "url": url + "{ref}"}
-    return None
+    """A recipe source drafted from one URL (the first of :data:`URL_SHAPES` it has), or None when the URL
+    does not look like a media location."""
+    return next((source for shape in URL_SHAPES if (source := shape.draft(url)) is not None), None)
 
 
 def sample_refs(fs: Any, jsonl: str, limit: int = 5, max_lines: int = 2000) -> list[str]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
+from ...schemas.config import DEFAULT_BATCH_LINES, DEFAULT_BATCH_MEDIA
 from ...schemas.records import SubsetEntry
 from ...schemas.redact import scrub, secret_values
 from ...schemas.subset_names import normalise_subset_name, subset_name_problem
@@ -48,11 +49,11 @@ def catalog_release(
     release: str,
     *,
     subsets: Iterable[str] = (),
-    batch_lines: int = 2000,
+    batch_lines: int = DEFAULT_BATCH_LINES,
     storage_options: Mapping[str, Any] | None = None,
     recipe_fingerprints: Mapping[str, str] | None = None,
     dedup: bool = True,
-    batch_media: int | None = None,
+    batch_media: int | None = DEFAULT_BATCH_MEDIA,
     min_batches: int = 1,
     limit: int | None = None,
 ) -> list[SubsetEntry]:
@@ -61,9 +62,10 @@ def catalog_release(
     ``release`` is a folder or an fsspec URL; ``storage_options`` go to fsspec and are carried by every
     entry. ``recipe_fingerprints`` (subset -> :func:`recipe_fingerprint` of its media recipe) lets a
     refresh see a recipe change. Batches hold at most ``batch_lines`` lines and ``batch_media`` media
-    references, and the release is cut into at least ``min_batches`` when it has the lines
-    (``batch_plan.py``): each of its N subsets into at least ``ceil(min_batches / N)``. With ``limit`` (a
-    trial run) each subset's entry covers its first ``limit`` lines and counts the rest (``beyond_limit``).
+    references (None: no media limit; both default to a run's), and the release is cut into at least
+    ``min_batches`` when it has the lines (``batch_plan.py``): each of its N subsets into at least
+    ``ceil(min_batches / N)``. With ``limit`` (a trial run) each subset's entry covers its first ``limit``
+    lines and counts the rest (``beyond_limit``).
     """
     options = dict(storage_options or {})
     fs, root = _open_release(release, options)

@@ -89,13 +89,13 @@ def scan_subset_jsonl(
     *,
     subset: str | None = None,
     dedup: bool = True,
-    batch_media: int | None = None,
+    batch_media: int | None,
     min_batches: int = 1,
     limit: int | None = None,
 ) -> JsonlScan:
     """Hash, count, plan batches and (with ``dedup`` and a ``subset`` name) find duplicates in one pass.
 
-    Batches hold at most ``batch_lines`` lines and (when given) ``batch_media`` media references (a line
+    Batches hold at most ``batch_lines`` lines and (unless None) ``batch_media`` media references (a line
     alone over it is a batch of its own), at least ``min_batches`` of them when the subset has the lines.
     A final line without a trailing newline counts as a line; a trailing newline does not start one.
     With ``limit``, the plan, ``rows`` and the duplicates cover the first ``limit`` lines only (the plan ends
@@ -145,5 +145,5 @@ def scan_subset_jsonl(
 
 def scan_jsonl(fs: AbstractFileSystem, path: str, batch_lines: int) -> tuple[str, int, int, tuple[int, ...]]:
     """(sha256, size, lines, batch offsets) of a JSONL file in one streaming pass (no duplicate search)."""
-    s = scan_subset_jsonl(fs, path, batch_lines, dedup=False)
+    s = scan_subset_jsonl(fs, path, batch_lines, dedup=False, batch_media=None)
     return s.sha256, s.size, s.rows, s.offsets

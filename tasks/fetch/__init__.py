@@ -1,8 +1,7 @@
 from __future__ import annotations
 
-from . import batch_state
 from .acquire import FetchStream, fetch_batch, read_outcome
-from .archive_members import normalize_member, tar_member_problem
+from .archive_members import normalize_member
 from .client import HttpClient, HttpOptions
 from .failures import (
     BAD_ARCHIVE,
@@ -15,14 +14,14 @@ from .failures import (
     FetchError,
     classify_fs_error,
 )
-from .options import FetchContext, FetchKnobs, FetchOptions
-from .outcomes import FetchOutcome, FetchStats, LocalLocation, Located, outcome_columns
+from .options import FetchContext, FetchKnobs
+from .outcomes import FetchOutcome, FetchStats, Located, outcome_columns
 from .ranges import FsRangeSource
 from .recipe_env import bind_environment, recipe_variables, variable_problems
-from .release_media import MediaResolver, MissingMedia, ReleaseMedia, TarIndex, _path_of, file_in
+from .release_media import MediaResolver, MissingMedia, ReleaseMedia, file_in
 from .retry import retry_call
-from .sources.s3 import _filesystem
-from .tar_format import SafeTarInfo, iter_tar
+from .sources.s3 import s3_filesystem
+from .tar_format import iter_tar
 from .zip_fetch import range_source
 from .zip_format import ZipEntry, ZipIndex, check_zip_entry, plan_ranges, read_zip_group, read_zip_index
 
@@ -31,7 +30,6 @@ __all__ = [
     "FetchContext",
     "FetchError",
     "FetchKnobs",
-    "FetchOptions",
     "FetchOutcome",
     "FetchStats",
     "FetchStream",
@@ -40,7 +38,6 @@ __all__ = [
     "MATCH_BUDGET",
     "HttpClient",
     "HttpOptions",
-    "LocalLocation",
     "Located",
     "MediaResolver",
     "MissingMedia",
@@ -49,13 +46,8 @@ __all__ = [
     "NO_SOURCE",
     "ReleaseMedia",
     "SOURCE_ERROR",
-    "SafeTarInfo",
-    "TarIndex",
     "ZipEntry",
     "ZipIndex",
-    "_filesystem",
-    "_path_of",
-    "batch_state",
     "bind_environment",
     "check_zip_entry",
     "classify_fs_error",
@@ -71,6 +63,6 @@ __all__ = [
     "read_zip_group",
     "read_zip_index",
     "retry_call",
-    "tar_member_problem",
+    "s3_filesystem",
     "variable_problems",
 ]

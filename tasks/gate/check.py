@@ -3,8 +3,10 @@ and its shards. A subset that fails is not published; its previous dataset stays
 
 Reads top to bottom: the effective parameters (:mod:`.params`), the DuckDB profiles of the manifests
 (:mod:`.profiles`), each suite validated over its profile (:mod:`.validate`), drift against the last
-published run (:mod:`.drift`). :func:`gate_subset` is the flow's entry: it takes the run's options and the
-model preset. The ``shards`` suite runs later, on the staged Energon dataset (:mod:`.shards`).
+published run (:mod:`.drift`). :func:`gate_subset` is the one entry: what a subset's gate reads, from the
+run's options, the model preset and the output folder (:func:`gate_inputs`), then validated
+(:func:`gate_one`; tests put rows built to break an expectation in place of the manifests between the two).
+The ``shards`` suite runs later, on the staged Energon dataset (:mod:`.shards`).
 """
 
 from __future__ import annotations
@@ -66,77 +68,29 @@ def gate_inputs(
         subset=entry.subset,
         samples=ManifestParts.of(layout, "samples", entry.subset),
         media=ManifestParts.of(layout, "media", entry.subset),
-        params=effective_params(
+        params=gate_params(
             entry.subset,
-            rows=entry.rows,
             max_pixels=geometry.max_pixels,
             min_pixels=geometry.min_pixels,
             seq_len=cfg.tokens.seq_len,
             max_num_images=cfg.tokens.max_num_images,
             max_reject_rate=cfg.gate.max_reject_rate,
-            token_factor=geometry.token_factor,
             overrides=overrides,
-        ),
+        )
+        | {
+            "rows": entry.rows,  # the catalog's line count
+            "factor_squared": geometry.token_factor**2 if geometry.token_factor else None,
+        },
         modes=overrides.expectations_for(entry.subset),
         # a trial run (--limit) takes part of the rows: no drift to measure against a whole run
         baseline=None if entry.beyond_limit else last_published(layout, entry.subset, exclude_run=run_id),
     )
 
 
-def effective_params(
-    subset: str, *, rows: int, token_factor: int | None = None, **limits: Any
-) -> dict[str, Any]:
-    """The suites' parameters for one subset: :func:`.params.gate_params` of ``limits`` plus the computed
-    ``rows`` (the catalog's line count) and ``factor_squared``."""
-    return gate_params(subset, **limits) | {
-        "rows": rows,
-        "factor_squared": token_factor**2 if token_factor else None,
-    }
-
-
-def run_gate(
-    subset: str,
-    samples: Source,
-    media: Source,
-    *,
-    rows: int,
-    max_pixels: int | None,
-    seq_len: int | None,
-    max_num_images: int | None,
-    max_reject_rate: float | None,
-    max_media_bytes: int | None = None,
-    min_pixels: int | None = None,
-    token_factor: int | None = None,
-    baseline: Baseline | None = None,
-    overrides: GateOverrides | None = None,
-    suites: Sequence[str] = GATE_SUITES,
-) -> GateResult:
-    """Validate one subset's samples and media manifests and its drift since ``baseline``.
-
-    ``samples``/``media`` are Arrow tables or :class:`~.profiles.ManifestParts`. ``rows`` is the catalog's
-    line count. ``token_factor`` (pixels per visual token side, when the model family resizes to a grid)
-    enables the after-resize pixel checks. Parameters that are None mean no limit; ``overrides`` adjust
-    them for this subset (and may switch single expectations off or to warnings). ``suites`` picks some
-    of ``samples``, ``media`` and ``drift`` (default: all).
-    """
-    params = effective_params(
-        subset,
-        rows=rows,
-        max_pixels=max_pixels,
-        min_pixels=min_pixels,
-        seq_len=seq_len,
-        max_num_images=max_num_images,
-        max_reject_rate=max_reject_rate,
-        max_media_bytes=max_media_bytes,
-        token_factor=token_factor,
-        overrides=overrides,
-    )
-    modes = overrides.expectations_for(subset) if overrides is not None else {}
-    return gate_one(GateInputs(subset, samples, media, params, modes, baseline), suites)
-
-
 def gate_one(inputs: GateInputs, suites: Sequence[str] = GATE_SUITES) -> GateResult:
-    """Validate one subset's ``suites`` (a validation per suite; :mod:`.groups` shares them)."""
+    """Validate one subset's ``suites`` (a validation per suite; :mod:`.groups` shares them). ``samples`` and
+    ``media`` are Arrow tables or :class:`~.profiles.ManifestParts`; parameters that are None mean no limit;
+    ``suites`` picks some of ``samples``, ``media`` and ``drift`` (default: all)."""
     _check_suite_names(suites)
     t0 = time.perf_counter()
     params = inputs.params

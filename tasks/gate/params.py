@@ -1,10 +1,10 @@
 """The parameters of the suites (``$PARAMETER`` in their JSON) and the per-subset overrides that adjust them.
 
-A subset's effective parameters are layered: :data:`DEFAULT_PARAMS` < the run's options and the model
-preset < ``expectations/overrides.json`` (shipped, empty) < the user's file of the same shape
-(``--gate-overrides PATH``). Within a file, shell patterns apply first (in file order), then the exact
-subset name. A bad override file is a :class:`ConfigError` naming the file and the key, raised before any
-work starts.
+A subset's effective parameters are layered: the gate's own :data:`DEFAULT_PARAMS` and the run's options
+and the model preset (:data:`RUN_PARAMS`, as the run gives them) < ``expectations/overrides.json``
+(shipped, empty) < the user's file of the same shape (``--gate-overrides PATH``). Within a file, shell
+patterns apply first (in file order), then the exact subset name. A bad override file is a
+:class:`ConfigError` naming the file and the key, raised before any work starts.
 
 A subset's entry may also hold ``"expectations": {"<suite>.<name>": "off" | "warn"}`` (``meta.name`` in the
 suite's JSON, suites ``samples``, ``media`` and ``drift``): ``off`` does not run that expectation for the
@@ -28,20 +28,17 @@ from .suites import GATE_SUITES, expectations_text, load_suite
 
 Param = float | int | None
 
-# Defaults of every parameter a subset may override (None: no limit / check off).
+# Parameters the run gives (its options and the model preset), taken as given (None: no limit).
+RUN_PARAMS = ("max_reject_rate", "seq_len", "max_num_images", "min_pixels", "max_pixels")
+# The gate's own parameters and their defaults (None: no limit / check off).
 DEFAULT_PARAMS: dict[str, Param] = {
-    "max_reject_rate": 0.01,
-    "seq_len": None,
-    "max_num_images": None,
-    "min_pixels": None,
-    "max_pixels": None,
     "min_media_bytes": 1,
     "max_media_bytes": 4 * 1024**3,
     "max_rows_change": 0.05,
     "max_token_change": 0.05,
     "max_reject_rate_change": 0.01,
 }
-OVERRIDABLE = tuple(DEFAULT_PARAMS)
+OVERRIDABLE = (*RUN_PARAMS, *DEFAULT_PARAMS)
 # Filled by the gate itself, never overridable.
 COMPUTED_PARAMS = ("rows", "ok_samples", "factor_squared")
 # What None ("no limit") becomes when Great Expectations needs a number.
@@ -168,7 +165,7 @@ def _param_problem(param: str, value: Any) -> str | None:
     """What is wrong with overriding ``param`` by ``value``, or None when it is a valid override."""
     if param in COMPUTED_PARAMS:
         return "is computed by the gate and cannot be overridden"
-    if param not in DEFAULT_PARAMS:
+    if param not in OVERRIDABLE:
         return f"unknown parameter; overridable: {', '.join(OVERRIDABLE)} (and {EXPECTATIONS_KEY})"
     if value is None:
         return None
@@ -184,25 +181,23 @@ def _param_problem(param: str, value: Any) -> str | None:
 def gate_params(
     subset: str,
     *,
+    max_reject_rate: float,
+    seq_len: int | None,
+    max_num_images: int | None,
+    min_pixels: int | None,
     max_pixels: int | None,
-    min_pixels: int | None = None,
-    seq_len: int | None = None,
-    max_num_images: int | None = None,
-    max_reject_rate: float | None = None,
-    max_media_bytes: int | None = None,
     overrides: GateOverrides | None = None,
 ) -> dict[str, Param]:
-    """Effective parameters of ``subset``: defaults < run options and preset < overrides."""
-    params = dict(DEFAULT_PARAMS)
-    run = {
-        "max_pixels": max_pixels,
-        "min_pixels": min_pixels,
+    """Effective parameters of ``subset``: the gate's defaults and the run's options and preset (as given)
+    < overrides."""
+    params: dict[str, Param] = {
+        "max_reject_rate": max_reject_rate,
         "seq_len": seq_len,
         "max_num_images": max_num_images,
-        "max_reject_rate": max_reject_rate,
-        "max_media_bytes": max_media_bytes,
+        "min_pixels": min_pixels,
+        "max_pixels": max_pixels,
+        **DEFAULT_PARAMS,
     }
-    params.update({k: v for k, v in run.items() if v is not None})
     if overrides is not None:
         params.update(overrides.for_subset(subset))
     return params

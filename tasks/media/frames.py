@@ -71,7 +71,7 @@ def sample_frames(
     *,
     choose_frames: Callable[[int, float], list[int]],
     frame_size: FrameSize,
-    image_format: ImageFormat = "jpeg",
+    image_format: ImageFormat = "keep",
     jpeg_quality: int = 92,
     timeout_s: float = 60.0,
     max_frame_pixels: int = 100_000_000,

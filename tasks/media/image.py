@@ -26,6 +26,8 @@ from typing import Literal
 
 from PIL import Image
 
+from ...schemas.config import DEFAULT_MAX_IMAGE_PIXELS
+from ...schemas.reasons import media_codes
 from .big_png import goes_in_strips, process_big_png
 from .colour import apply_icc, normalise_mode
 from .decode import RetryRelaxed, classify_decode_error, full_decode, open_header, pillow_limit_lifted
@@ -41,21 +43,8 @@ from .trainer_decode import frame_count, image_problem
 
 __all__ = ["IMAGE_REASONS", "ImageResult", "process_image"]
 
-#: The reasons an image can be rejected with (codes of ``schemas/reasons.py``).
-IMAGE_REASONS: frozenset[str] = frozenset(
-    media_reason(code)
-    for code in (
-        "zero_size",
-        "not_an_image",
-        "unsupported_format",
-        "decompression_bomb",
-        "truncated",
-        "decode_error",
-        "aspect_ratio",
-        "too_small",
-        "decode_budget",
-    )
-)
+#: The reasons an image can be rejected with (the image codes of ``schemas/reasons.py``).
+IMAGE_REASONS: frozenset[str] = frozenset(media_reason(code) for code in media_codes("image"))
 
 
 @dataclass(frozen=True)
@@ -143,7 +132,7 @@ def process_image(
     *,
     target_size: Callable[[int, int], tuple[int, int]],
     max_pixels: int,
-    max_image_pixels: int = 256_000_000,
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
     image_format: ImageFormat = "keep",
     jpeg_quality: int = 92,
     min_pixels: int = 0,

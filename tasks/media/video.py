@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import IO, Any, Literal
 
+from ...schemas.reasons import media_codes
 from .deadline import DeadlineReader, VideoTimeout
 from .formats import ACCEPTED_VIDEO_CONTAINERS, IMAGE_CONTAINERS
 from .rejects import Reject, media_reason, short_detail
@@ -29,20 +30,8 @@ from .sniff import looks_like_video
 
 __all__ = ["VIDEO_REASONS", "SampledFrame", "VideoResult", "display_rotation", "probe_video"]
 
-#: The reasons a video can be rejected with (codes of ``schemas/reasons.py``).
-VIDEO_REASONS: frozenset[str] = frozenset(
-    media_reason(code)
-    for code in (
-        "zero_size",
-        "not_a_video",
-        "unsupported_format",
-        "no_video_stream",
-        "decompression_bomb",
-        "video_decode_error",
-        "video_timeout",
-        "frame_selection",
-    )
-)
+#: The reasons a video can be rejected with (the video codes of ``schemas/reasons.py``).
+VIDEO_REASONS: frozenset[str] = frozenset(media_reason(code) for code in media_codes("video"))
 
 
 @dataclass(frozen=True)

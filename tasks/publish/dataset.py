@@ -26,6 +26,7 @@ import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from ...schemas.config import DEFAULT_SHARD_MAX_BYTES, DEFAULT_SHARD_MAX_SAMPLES
 from ...schemas.sample_keys import SPLITS
 from ...schemas.subset_names import subset_name_problem
 from ..storage import no_space
@@ -49,8 +50,8 @@ def write_energon_dataset(
     dest: Path,
     *,
     subset: str,
-    shard_max_bytes: int = 1_000_000_000,
-    shard_max_samples: int = 10_000,
+    shard_max_bytes: int = DEFAULT_SHARD_MAX_BYTES,
+    shard_max_samples: int = DEFAULT_SHARD_MAX_SAMPLES,
     fsync: bool = True,
     resume: bool = True,
     check: Callable[[Path], None] | None = None,

@@ -79,7 +79,7 @@ def test_duplicates_across_batches(tmp_path: Path) -> None:
     p = tmp_path / "s" / "s.jsonl"
     p.parent.mkdir()
     p.write_bytes(b"\n".join(lines) + b"\n")
-    scan = scan_subset_jsonl(LOCAL, str(p), batch_lines=2, subset="s")
+    scan = scan_subset_jsonl(LOCAL, str(p), batch_lines=2, subset="s", batch_media=None)
     # Identical rows (a trailing \r ignored; blank lines are not duplicates; bad rows too are compared).
     assert scan.duplicate_rows == ((3, 1), (9, 1), (11, 10))
     # Same id, other content: kept under a distinct key that no other row uses.
@@ -98,7 +98,7 @@ def test_duplicates_across_batches(tmp_path: Path) -> None:
 def test_scan_without_subset_name_skips_the_duplicate_search(tmp_path: Path) -> None:
     p = tmp_path / "s.jsonl"
     p.write_bytes(_row("a") + b"\n" + _row("a") + b"\n")
-    scan = scan_subset_jsonl(LOCAL, str(p), 10)
+    scan = scan_subset_jsonl(LOCAL, str(p), 10, batch_media=None)
     assert scan.rows == 2 and scan.duplicate_rows == () and scan.id_conflicts == ()
 
 

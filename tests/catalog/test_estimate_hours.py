@@ -45,7 +45,9 @@ def _times(subsets: int, batches_each: int, *, worked: bool = True) -> list[Stag
 
 
 def _run(out: Path, run_id: str, started: str, *, worked: bool = True, outside: float = 21.0) -> None:
-    write_stage_times(str(out), run_id, _times(8, 2, worked=worked), started_at=started)
+    write_stage_times(
+        str(out), run_id, _times(8, 2, worked=worked), started_at=started, source_format="nemotron"
+    )
     write_outside_time(str(out), run_id, outside, CORES)
 
 

@@ -1,16 +1,69 @@
-"""The source registry: every recipe source kind has exactly one implementation, found by its ``kind``."""
+"""The source registry: every recipe source kind has exactly one implementation of each part (fetcher,
+sizer), found by its ``kind``, and the README URL shapes `recipe init` drafts name real kinds."""
 
 from __future__ import annotations
 
-from vlmforge.schemas.recipes import REMOTE_KINDS, SOURCE_KINDS, SOURCE_MODELS
+import pytest
+
+from vlmforge.schemas.recipes import REMOTE_KINDS, SOURCE_KINDS, SOURCE_MODELS, parse_recipe
+from vlmforge.schemas.source_registry import by_source_kind
+from vlmforge.tasks.catalog.recipe_init import URL_SHAPES, source_for_url
 from vlmforge.tasks.fetch.sources import SOURCES
+from vlmforge.tasks.ops.estimate.sizes import SIZERS
 
 
 def test_every_recipe_source_kind_has_one_implementation() -> None:
-    assert set(SOURCES) == set(SOURCE_KINDS)
+    assert list(SOURCES) == list(SOURCE_KINDS)
     assert all(source.kind == kind for kind, source in SOURCES.items())
+
+
+def test_every_recipe_source_kind_has_one_sizer() -> None:
+    assert list(SIZERS) == list(SOURCES)
+    assert all(sizer.kind == kind for kind, sizer in SIZERS.items())
+
+
+def test_a_kind_without_its_part_fails_where_the_registry_is_built() -> None:
+    class Part:
+        def __init__(self, kind: str) -> None:
+            self.kind = kind
+
+    parts = [Part(kind) for kind in SOURCE_KINDS]
+    assert list(by_source_kind(parts, "sizer")) == list(SOURCE_KINDS)
+    with pytest.raises(ValueError, match=r"one sizer: none for \['hf'\]"):
+        by_source_kind([p for p in parts if p.kind != "hf"], "sizer")
+    with pytest.raises(ValueError, match=r"\['ftp'\] are not kinds"):
+        by_source_kind([*parts, Part("ftp")], "sizer")
+    with pytest.raises(ValueError, match="two sizers of source kind 's3'"):
+        by_source_kind([*parts, Part("s3")], "sizer")
 
 
 def test_remote_kinds_come_from_the_models() -> None:
     assert {"http_files", "archive", "s3", "hf"} == REMOTE_KINDS
     assert len(SOURCE_MODELS) == len(SOURCE_KINDS)
+
+
+# One README URL per shape `recipe init` knows, and the source kind it drafts.
+URL_CASES = [
+    ("https://huggingface.co/datasets/o/n/resolve/main/images.zip", "archive"),
+    ("https://huggingface.co/datasets/o/n/tree/main/images", "hf"),
+    ("https://example.org/media.tar.gz?download=1", "archive"),
+    ("s3://bucket/prefix/", "s3"),
+    ("https://bucket.s3.us-east-1.amazonaws.com/prefix/", "s3"),
+    ("https://github.com/o/r/tree/main/images", "http_files"),
+    ("https://example.org/images/", "http_files"),
+]
+
+
+@pytest.mark.parametrize(("url", "kind"), URL_CASES)
+def test_each_url_shape_drafts_a_source_of_its_kind(url: str, kind: str) -> None:
+    """Every shape is reached by some URL, and drafts a source a recipe accepts."""
+    shape = next(s for s in URL_SHAPES if s.draft(url) is not None)
+    assert shape.kind == kind and shape.kind in SOURCE_KINDS
+    source = source_for_url(url)
+    assert source is not None and source["kind"] == kind
+    parse_recipe({"subset": "s", "license": "unknown", "sources": [source]})
+
+
+def test_every_url_shape_is_tried_by_a_case() -> None:
+    first = {next(i for i, s in enumerate(URL_SHAPES) if s.draft(u) is not None) for u, _ in URL_CASES}
+    assert first == set(range(len(URL_SHAPES))), "a URL shape no case reaches"

@@ -4,6 +4,7 @@ examples, on a manifest built to break it. Real DuckDB, real Great Expectations,
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import json
 import shutil
@@ -19,12 +20,12 @@ from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.records import SubsetEntry
 from vlmforge.schemas.tables import MEDIA, SAMPLES
 from vlmforge.tasks.errors import ConfigError
-from vlmforge.tasks.gate.check import gate_subset, run_gate
+from vlmforge.tasks.gate.check import gate_inputs, gate_one, gate_subset
 from vlmforge.tasks.gate.drift import Baseline
-from vlmforge.tasks.gate.params import load_overrides
+from vlmforge.tasks.gate.params import GateOverrides, load_overrides
 from vlmforge.tasks.gate.profiles import ManifestParts
 from vlmforge.tasks.gate.results import GateResult
-from vlmforge.tasks.gate.suites import load_suite
+from vlmforge.tasks.gate.suites import GATE_SUITES, load_suite
 from vlmforge.tasks.manifests import OutputLayout, read_table, write_part
 from vlmforge.tasks.publish.shards_suite import ShardsGateFailed, check_shards, shards_check
 
@@ -50,22 +51,40 @@ def bad_rows(built: tuple[RunConfig, list[SubsetEntry]]) -> tuple[Rows, Rows]:
     ).to_pylist()
 
 
-def _gate(samples: Rows, media: Rows, **kw: Any) -> GateResult:
-    args: dict[str, Any] = {
-        "rows": len(samples),
-        "max_pixels": 12_845_056,
-        "min_pixels": 3_136,
-        "seq_len": None,
-        "max_num_images": None,
-        "max_reject_rate": 0.9,
-        "token_factor": 28,
-    } | kw
-    return run_gate(
-        "bad_rows",
-        pa.Table.from_pylist(samples, schema=NULLABLE_SAMPLES),
-        pa.Table.from_pylist(media, schema=NULLABLE_MEDIA),
-        **args,
-    )
+@pytest.fixture(scope="module")
+def bad_rows_run(built: tuple[RunConfig, list[SubsetEntry]]) -> tuple[RunConfig, SubsetEntry]:
+    """The run and catalog entry of bad_rows, at the reject rate its override allows."""
+    cfg, entries = built
+    return cfg.replace(max_reject_rate=0.9), next(e for e in entries if e.subset == "bad_rows")
+
+
+def _gate(
+    run: tuple[RunConfig, SubsetEntry],
+    samples: Rows,
+    media: Rows,
+    *,
+    rows: int | None = None,
+    baseline: Baseline | None = None,
+    overrides: GateOverrides | None = None,
+    max_media_bytes: int | None = None,
+    suites: tuple[str, ...] = GATE_SUITES,
+    **options: Any,
+) -> GateResult:
+    """The gate of bad_rows as a run with ``options`` reads it (:func:`gate_inputs`: parameters from the run's
+    options, the model preset and the gate overrides), on these rows in place of its manifests, with a catalog
+    of ``rows`` lines (default: one per sample row) and the given baseline."""
+    cfg, entry = run
+    if options:
+        cfg = cfg.replace(**options)
+    entry = dataclasses.replace(entry, rows=len(samples) if rows is None else rows)
+    if max_media_bytes is not None:  # as a gate-overrides file sets it
+        overrides = GateOverrides(entries=((entry.subset, {"max_media_bytes": max_media_bytes}),))
+    inputs = gate_inputs(cfg, entry, run_id=None, overrides=overrides or GateOverrides())
+    tables = {
+        "samples": pa.Table.from_pylist(samples, schema=NULLABLE_SAMPLES),
+        "media": pa.Table.from_pylist(media, schema=NULLABLE_MEDIA),
+    }
+    return gate_one(dataclasses.replace(inputs, **tables, baseline=baseline), suites)
 
 
 # ---- helpers picking the rows a mutation touches -------------------------------------------------------
@@ -244,45 +263,49 @@ def test_bad_rows_fails_the_default_reject_rate_with_the_reasons_counted(
 
 @pytest.mark.parametrize("case", list(SAMPLES_CASES), ids=list(SAMPLES_CASES))
 def test_each_samples_expectation_fails_on_a_manifest_built_to_break_it(
-    case: str, bad_rows: tuple[Rows, Rows]
+    case: str, bad_rows: tuple[Rows, Rows], bad_rows_run: tuple[RunConfig, SubsetEntry]
 ) -> None:
     mutate, expected = SAMPLES_CASES[case]
     samples, media = copy.deepcopy(bad_rows)
     kw = mutate(samples, media) or {}
-    result = _gate(samples, media, suites=("samples",), **kw)
+    result = _gate(bad_rows_run, samples, media, suites=("samples",), **kw)
     assert result.suites == {"samples": False}, result.failures
     (line,) = result.failures  # exactly the expectation this manifest breaks
     assert line.startswith(f"samples: {expected}"), line
 
 
-def test_a_missing_row_of_an_all_ok_subset_names_the_catalogs_count(bad_rows: tuple[Rows, Rows]) -> None:
+def test_a_missing_row_of_an_all_ok_subset_names_the_catalogs_count(
+    bad_rows: tuple[Rows, Rows], bad_rows_run: tuple[RunConfig, SubsetEntry]
+) -> None:
     # an all-ok subset's samples profile is one row, whose `rows` (what was found) must not stand in
     # for the catalog's count in the line
     samples, media = copy.deepcopy(bad_rows)
     ok = _ok(samples)
-    result = _gate(ok, media, suites=("samples",), rows=len(ok) + 1)
+    result = _gate(bad_rows_run, ok, media, suites=("samples",), rows=len(ok) + 1)
     (line,) = result.failures
     assert line == f"samples: one row per input line ({len(ok) + 1} lines in the catalog): observed {len(ok)}"
 
 
 @pytest.mark.parametrize("case", list(MEDIA_CASES), ids=list(MEDIA_CASES))
 def test_each_media_expectation_fails_on_a_manifest_built_to_break_it(
-    case: str, bad_rows: tuple[Rows, Rows]
+    case: str, bad_rows: tuple[Rows, Rows], bad_rows_run: tuple[RunConfig, SubsetEntry]
 ) -> None:
     mutate, expected = MEDIA_CASES[case]
     samples, media = copy.deepcopy(bad_rows)
     kw = mutate(samples, media) or {}
-    result = _gate(samples, media, suites=("media",), **kw)
+    result = _gate(bad_rows_run, samples, media, suites=("media",), **kw)
     assert result.suites == {"media": False}, result.failures
     (line,) = result.failures
     assert line.startswith(f"media: {expected}"), line
 
 
-def test_a_failure_quotes_the_offending_rows(bad_rows: tuple[Rows, Rows]) -> None:
+def test_a_failure_quotes_the_offending_rows(
+    bad_rows: tuple[Rows, Rows], bad_rows_run: tuple[RunConfig, SubsetEntry]
+) -> None:
     samples, media = copy.deepcopy(bad_rows)
     a, b = _ok(samples)[:2]
     b["key"] = a["key"]
-    (line,) = _gate(samples, media, suites=("samples",)).failures
+    (line,) = _gate(bad_rows_run, samples, media, suites=("samples",)).failures
     assert f"e.g. key={a['key']} copies=2 first_line={a['line']}" in line
 
 
@@ -299,14 +322,14 @@ def _seq_len_line(samples: Rows, limit: int) -> str:
 
 
 def test_a_failure_is_told_in_full_though_passing_suites_are_validated_for_success_only(
-    bad_rows: tuple[Rows, Rows], tmp_path: Path
+    bad_rows: tuple[Rows, Rows], tmp_path: Path, bad_rows_run: tuple[RunConfig, SubsetEntry]
 ) -> None:
     """A suite is first validated for success only (:data:`FIRST_PASS`, cheaper) and again in detail when
     an expectation failed: the failure line still quotes the value found and the offending rows, as does a
     warn-only failure in a suite that passes, and the other suites still pass."""
     samples, media = copy.deepcopy(bad_rows)
     limit = sorted({r["total_tokens"] for r in _ok(samples)})[-3]  # two token counts above it
-    result = _gate(samples, media, seq_len=limit)
+    result = _gate(bad_rows_run, samples, media, seq_len=limit)
     assert result.suites == {"samples": False, "media": True, "drift": True}
     assert result.failures == [_seq_len_line(samples, limit)] and result.warnings == []
     stored = result.results["samples"]["results"]
@@ -322,18 +345,20 @@ def test_a_failure_is_told_in_full_though_passing_suites_are_validated_for_succe
     user.write_text(
         json.dumps({"subsets": {"bad_rows": {"expectations": {"samples.within_seq_len": "warn"}}}})
     )
-    result = _gate(samples, media, seq_len=limit, overrides=load_overrides(user))
+    result = _gate(bad_rows_run, samples, media, seq_len=limit, overrides=load_overrides(user))
     assert result.passed and result.suites == {"samples": True, "media": True, "drift": True}
     assert result.failures == [] and result.warnings == [
         f"{_seq_len_line(samples, limit)} (warn only: gate overrides)"
     ]
 
-    assert _gate(samples, media).passed  # without the limit
+    assert _gate(bad_rows_run, samples, media).passed  # without the limit
 
 
-def test_the_unmodified_bad_rows_manifest_passes_with_its_override(bad_rows: tuple[Rows, Rows]) -> None:
+def test_the_unmodified_bad_rows_manifest_passes_with_its_override(
+    bad_rows: tuple[Rows, Rows], bad_rows_run: tuple[RunConfig, SubsetEntry]
+) -> None:
     samples, media = copy.deepcopy(bad_rows)
-    result = _gate(samples, media)
+    result = _gate(bad_rows_run, samples, media)
     assert result.passed, result.failures
     assert result.seconds > 0 and result.engine.startswith("duckdb")
 
@@ -353,17 +378,25 @@ def _baseline(
     )
 
 
-def test_drift_passes_without_a_previous_run_and_when_nothing_moved(bad_rows: tuple[Rows, Rows]) -> None:
+def test_drift_passes_without_a_previous_run_and_when_nothing_moved(
+    bad_rows: tuple[Rows, Rows], bad_rows_run: tuple[RunConfig, SubsetEntry]
+) -> None:
     samples, media = bad_rows
-    assert _gate(samples, media, baseline=None, suites=("drift",)).suites == {"drift": True}
-    assert _gate(samples, media, baseline=_baseline(samples), suites=("drift",)).passed
+    assert _gate(bad_rows_run, samples, media, baseline=None, suites=("drift",)).suites == {"drift": True}
+    assert _gate(bad_rows_run, samples, media, baseline=_baseline(samples), suites=("drift",)).passed
 
 
-def test_drift_fails_with_a_readable_diff(bad_rows: tuple[Rows, Rows]) -> None:
+def test_drift_fails_with_a_readable_diff(
+    bad_rows: tuple[Rows, Rows], bad_rows_run: tuple[RunConfig, SubsetEntry]
+) -> None:
     samples, media = bad_rows
     tokens = sum(r["total_tokens"] for r in _ok(samples))
     result = _gate(
-        samples, media, baseline=_baseline(samples, rows=12, tokens=tokens * 2, rejected=6), suites=("drift",)
+        bad_rows_run,
+        samples,
+        media,
+        baseline=_baseline(samples, rows=12, tokens=tokens * 2, rejected=6),
+        suites=("drift",),
     )
     assert result.suites == {"drift": False}
     assert result.failures == [
@@ -375,7 +408,7 @@ def test_drift_fails_with_a_readable_diff(bad_rows: tuple[Rows, Rows]) -> None:
 
 
 def test_a_drift_limit_can_be_raised_or_switched_off_per_subset(
-    bad_rows: tuple[Rows, Rows], tmp_path: Path
+    bad_rows: tuple[Rows, Rows], tmp_path: Path, bad_rows_run: tuple[RunConfig, SubsetEntry]
 ) -> None:
     samples, media = bad_rows
     user = tmp_path / "overrides.json"
@@ -385,7 +418,7 @@ def test_a_drift_limit_can_be_raised_or_switched_off_per_subset(
     overrides = load_overrides(user)
     tokens = sum(r["total_tokens"] for r in _ok(samples))
     baseline = _baseline(samples, rows=12, tokens=tokens * 2, rejected=9)  # +33% rows, same reject rate
-    result = _gate(samples, media, baseline=baseline, overrides=overrides, suites=("drift",))
+    result = _gate(bad_rows_run, samples, media, baseline=baseline, overrides=overrides, suites=("drift",))
     assert result.passed, result.failures
     assert result.params["max_rows_change"] == 0.5 and result.params["max_token_change"] is None
 
@@ -699,17 +732,10 @@ def test_manifest_parts_read_the_manifests_in_place(built: tuple[RunConfig, list
     assert len(parts.paths) == 3 and all(p.endswith(".parquet") for p in parts.paths)
     entry = next(e for e in entries if e.subset == "photo_vqa")
     from_parts = gate_subset(cfg, entry, overrides=load_overrides())
-    from_tables = run_gate(
-        "photo_vqa",
-        read_table(layout, "samples", "photo_vqa"),
-        read_table(layout, "media", "photo_vqa"),
-        rows=entry.rows,
-        max_pixels=12_845_056,
-        min_pixels=3_136,
-        seq_len=None,
-        max_num_images=None,
-        max_reject_rate=0.01,
-        token_factor=28,
-    )
+    inputs = gate_inputs(cfg, entry, run_id=None, overrides=load_overrides())
+    assert inputs.samples == parts
+    tables = {t: read_table(layout, t, "photo_vqa") for t in ("samples", "media")}
+    from_tables = gate_one(dataclasses.replace(inputs, **tables))
     assert from_parts.passed and from_tables.passed
     assert from_parts.params == from_tables.params
+    assert from_parts.params["max_pixels"] == 12_845_056 and from_parts.params["factor_squared"] == 28**2

@@ -5,6 +5,7 @@ per-expectation overrides (off / warn) of a gate-overrides file."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -17,8 +18,8 @@ from PIL import Image
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.records import SubsetEntry
 from vlmforge.tasks.errors import ConfigError
-from vlmforge.tasks.gate.check import gate_subset, run_gate
-from vlmforge.tasks.gate.params import expectation_names, load_overrides
+from vlmforge.tasks.gate.check import gate_inputs, gate_one, gate_subset
+from vlmforge.tasks.gate.params import GateOverrides, expectation_names, load_overrides
 from vlmforge.tasks.gate.suites import SUITES, load_suite
 from vlmforge.tasks.manifests import OutputLayout, read_table
 
@@ -102,23 +103,19 @@ def test_a_subset_with_only_such_cases_passes_at_reject_rate_one(
     assert result.warnings == [] and result.relaxed == {}
 
 
-def _gate(samples: Rows, media: Rows, entry: SubsetEntry, **kw: Any) -> Any:
+def _gate(
+    samples: Rows, media: Rows, built: tuple[RunConfig, SubsetEntry], overrides: GateOverrides | None = None
+) -> Any:
+    """The samples and media suites of the built run's subset, on these rows in place of its manifests."""
     from vlmforge.schemas.tables import MEDIA, SAMPLES
 
-    return run_gate(
-        SUBSET,
-        pa.Table.from_pylist(samples, schema=pa.schema([f.with_nullable(True) for f in SAMPLES])),
-        pa.Table.from_pylist(media, schema=pa.schema([f.with_nullable(True) for f in MEDIA])),
-        rows=entry.rows,
-        max_pixels=12_845_056,
-        min_pixels=3_136,
-        seq_len=None,
-        max_num_images=None,
-        max_reject_rate=1.0,
-        token_factor=28,
-        suites=("samples", "media"),
-        **kw,
-    )
+    cfg, entry = built
+    inputs = gate_inputs(cfg, entry, run_id=None, overrides=overrides or GateOverrides())
+    tables = {
+        "samples": pa.Table.from_pylist(samples, schema=pa.schema([f.with_nullable(True) for f in SAMPLES])),
+        "media": pa.Table.from_pylist(media, schema=pa.schema([f.with_nullable(True) for f in MEDIA])),
+    }
+    return gate_one(dataclasses.replace(inputs, **tables), suites=("samples", "media"))
 
 
 def test_the_same_faults_in_published_rows_still_fail(built: tuple[RunConfig, SubsetEntry]) -> None:
@@ -126,11 +123,11 @@ def test_the_same_faults_in_published_rows_still_fail(built: tuple[RunConfig, Su
     samples, media = _manifests(built[0])
     s, m = copy.deepcopy(samples), copy.deepcopy(media)
     next(r for r in m if r["line"] == 1)["visual_tokens"] = None  # a published image without tokens
-    (line,) = _gate(s, m, built[1]).failures
+    (line,) = _gate(s, m, built).failures
     assert line.startswith("media: images after the model's resize at least min_pixels"), line
     s, m = copy.deepcopy(samples), copy.deepcopy(media)
     next(r for r in s if r["line"] == 3)["id_conflict_of"] = None  # an unrecorded reuse of an id
-    (line,) = _gate(s, m, built[1]).failures
+    (line,) = _gate(s, m, built).failures
     assert line.startswith("samples: ok sample ids are unique: found 2 rows; e.g. sample_id=a copies=2"), line
 
 
@@ -146,16 +143,16 @@ def test_one_expectation_can_be_switched_off_or_to_a_warning_for_one_subset(
     samples, media = _manifests(built[0])
     a, b = [r for r in samples if r["status"] == "ok"][:2]
     b["key"] = a["key"]  # breaks "Energon keys are unique" and nothing else
-    assert not _gate(samples, media, built[1]).passed
+    assert not _gate(samples, media, built).passed
 
     off = load_overrides(_overrides(tmp_path, {"od*": {"expectations": {"samples.keys_unique": "off"}}}))
-    result = _gate(samples, media, built[1], overrides=off)
+    result = _gate(samples, media, built, overrides=off)
     assert result.passed and result.failures == [] and result.warnings == []
     assert result.relaxed == {"samples.keys_unique": "off"}
     assert len(result.results["samples"]["results"]) == len(load_suite("samples")["expectations"]) - 1
 
     warn = load_overrides(_overrides(tmp_path, {SUBSET: {"expectations": {"samples.keys_unique": "warn"}}}))
-    result = _gate(samples, media, built[1], overrides=warn)
+    result = _gate(samples, media, built, overrides=warn)
     assert result.passed and result.failures == []
     (line,) = result.warnings
     assert line.startswith("samples: Energon keys are unique") and line.endswith(
@@ -164,7 +161,7 @@ def test_one_expectation_can_be_switched_off_or_to_a_warning_for_one_subset(
     assert result.summary().startswith("passed with warnings: samples: Energon keys are unique")
 
     other = load_overrides(_overrides(tmp_path, {"other": {"expectations": {"samples.keys_unique": "off"}}}))
-    assert not _gate(samples, media, built[1], overrides=other).passed  # only the named subset
+    assert not _gate(samples, media, built, overrides=other).passed  # only the named subset
 
 
 @pytest.mark.parametrize(

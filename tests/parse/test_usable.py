@@ -86,7 +86,7 @@ def test_a_bom_costs_no_row_and_the_catalog_agrees(tmp_path: Path) -> None:
     data = UTF8_BOM + b"\n".join(rows) + b"\n"
     path = tmp_path / "s.jsonl"
     path.write_bytes(data)
-    scan = scan_subset_jsonl(LocalFileSystem(), str(path), 2, subset="s")
+    scan = scan_subset_jsonl(LocalFileSystem(), str(path), 2, subset="s", batch_media=None)
     assert scan.rows == 4 and scan.size == len(data)
     assert scan.offsets == (0, len(UTF8_BOM) + len(rows[0]) + len(rows[1]) + 2, len(data))
     # line 1 (behind the BOM) is the same row as line 3 and the same id as line 4, as the parser sees them

@@ -38,3 +38,22 @@ def test_every_code_literal_in_the_product_is_registered() -> None:
         called |= set(re.findall(r"\breason\(\s*\"([a-z0-9_]+)\"", path.read_text()))
     assert called, "no reason() call found: the scan proves nothing"
     assert called <= set(REASONS), sorted(called - set(REASONS))
+
+
+def test_media_codes_name_the_kinds_they_reject() -> None:
+    """The media stage's image and video lists come from the entries: a media code without kinds fails at
+    import, and an image-only code is not a video reason."""
+    from vlmforge.schemas.reasons import Reason, media_codes
+    from vlmforge.tasks.media.image import IMAGE_REASONS
+    from vlmforge.tasks.media.video import VIDEO_REASONS
+
+    with pytest.raises(ValueError, match="media kinds"):
+        Reason("new_code", "media", "rejected", "media", "a new media reject")
+    with pytest.raises(ValueError, match="media kinds"):
+        Reason("new_code", "fetch", "rejected", "fetch", "a fetch failure", ("image",))
+    assert set(media_codes("image")) == IMAGE_REASONS and set(media_codes("video")) == VIDEO_REASONS
+    assert (
+        "aspect_ratio" in IMAGE_REASONS - VIDEO_REASONS and "video_timeout" in VIDEO_REASONS - IMAGE_REASONS
+    )
+    media = {code for code, r in REASONS.items() if r.level == "media"}
+    assert media == IMAGE_REASONS | VIDEO_REASONS

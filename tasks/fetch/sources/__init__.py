@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ....schemas.source_registry import by_source_kind
 from .archive import Archive
 from .hf import Hf
 from .http_files import HttpFiles
@@ -13,6 +14,6 @@ from .media_source import MediaSource
 from .release_tar import ReleaseTar
 from .s3 import S3
 
-SOURCES: dict[str, MediaSource[Any]] = {
-    source.kind: source for source in (ReleaseTar(), Local(), HttpFiles(), Archive(), S3(), Hf())
-}
+SOURCES: dict[str, MediaSource[Any]] = by_source_kind(
+    (ReleaseTar(), Local(), HttpFiles(), Archive(), S3(), Hf()), "fetch source"
+)

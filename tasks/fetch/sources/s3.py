@@ -22,7 +22,7 @@ class S3:
     kind = "s3"
 
     def answer(self, source: S3Source, located: Located, run: BatchRun) -> Answers:
-        fs = _filesystem(source)
+        fs = s3_filesystem(source)
         endpoint = source.endpoint_url.rstrip("/") if source.endpoint_url else None
 
         def locate(variables: dict[str, str]) -> str:
@@ -36,7 +36,9 @@ class S3:
         return fetch_objects(run, self.kind, located, locate, fetch_one)
 
 
-def _filesystem(source: S3Source) -> AbstractFileSystem:
+def s3_filesystem(source: S3Source) -> AbstractFileSystem:
+    """The s3fs filesystem of ``source``'s connection options, one per options for the process (the
+    estimate's listings use it too)."""
     key: tuple[Any, ...] = ("s3", source.anon, source.endpoint_url, source.region)
     with _FILESYSTEMS_LOCK:
         fs = _FILESYSTEMS.get(key)

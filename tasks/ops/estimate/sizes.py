@@ -25,6 +25,7 @@ from ....schemas.recipes import (
     fill,
     ref_variables,
 )
+from ....schemas.source_registry import by_source_kind
 from ...fetch import (
     MATCH_BUDGET,
     NO_SOURCE,
@@ -38,8 +39,8 @@ from ...fetch import (
     check_zip_entry,
     file_in,
     normalize_member,
+    s3_filesystem,
 )
-from ...fetch import _filesystem as s3_filesystem
 from ...parse import normalize_ref, unsafe_ref_reason
 from ...storage import is_local, url_to_fs
 from .probes import IndexedReleaseMedia, file_size, fs_sizes, http_size, zip_directory
@@ -260,10 +261,9 @@ class ArchiveSizer:
         return ctx.streamed[url]
 
 
-SIZERS: dict[str, Sizer] = {
-    s.kind: s
-    for s in (ReleaseTarSizer(), LocalSizer(), HttpFilesSizer(), ArchiveSizer(), S3Sizer(), HfSizer())
-}
+SIZERS: dict[str, Sizer] = by_source_kind(
+    (ReleaseTarSizer(), LocalSizer(), HttpFilesSizer(), ArchiveSizer(), S3Sizer(), HfSizer()), "sizer"
+)
 
 
 def size_references(refs: list[str], recipe: Recipe, ctx: SizingContext) -> dict[str, Answer]:

@@ -64,7 +64,7 @@ def write_stage_times(
     times: Sequence[StageTime],
     *,
     started_at: str | None = None,
-    source_format: str | None = None,
+    source_format: str | None,
 ) -> list[str]:
     """Write one ``runs`` part per subset for run ``run_id``
     (``manifests/runs/subset=<s>/part-<run>.parquet``, atomically); returns the paths."""
