@@ -113,12 +113,12 @@ def source_for_url(url: str) -> dict[str, Any] | None:
     return next((source for shape in URL_SHAPES if (source := shape.draft(url)) is not None), None)
 
 
-def sample_refs(fs: Any, jsonl: str, limit: int = 5, max_lines: int = 2000) -> list[str]:
+def sample_refs(fs: Any, jsonl: str, count: int = 5, max_lines: int = 2000) -> list[str]:
     """The first few media references of a JSONL (bad lines skipped)."""
     refs: list[str] = []
     with fs.open(jsonl, "rb") as f:
         for i, raw in enumerate(f):
-            if i >= max_lines or len(refs) >= limit:
+            if i >= max_lines or len(refs) >= count:
                 break
             try:
                 obj = json.loads(raw)
@@ -128,7 +128,7 @@ def sample_refs(fs: Any, jsonl: str, limit: int = 5, max_lines: int = 2000) -> l
                 content = msg.get("content") if isinstance(msg, dict) else None
                 for part in content if isinstance(content, list) else []:
                     kind = part.get("type") if isinstance(part, dict) else None
-                    if kind in MEDIA_TYPES and isinstance(part.get(kind), str) and len(refs) < limit:
+                    if kind in MEDIA_TYPES and isinstance(part.get(kind), str) and len(refs) < count:
                         refs.append(part[kind])
     return list(dict.fromkeys(refs))
 

@@ -108,7 +108,7 @@ class HttpOptions:
     breaker_failures: int = 20  # consecutive transient failures that open a host's circuit
     breaker_cooldown: float = 120.0  # seconds a circuit stays open before one probe is let through
     max_redirects: int = 5
-    user_agent: str = DEFAULT_USER_AGENT
+    user_agent: str | None = None  # None: DEFAULT_USER_AGENT (the config's default says so)
     # X-Robots-Tag directives that opt a media answer out (opt_out.py); () honours none
     disallowed_directives: tuple[str, ...] = DISALLOWED_DIRECTIVES
     resolver: Resolver | None = None
@@ -331,7 +331,7 @@ class HttpClient:
         default_port = port == (443 if parts.scheme == "https" else 80)
         headers = {  # never parts.netloc: it carries user:password@
             "Host": host if default_port else f"{host}:{port}",
-            "User-Agent": self.options.user_agent,
+            "User-Agent": self.options.user_agent or DEFAULT_USER_AGENT,
             "Accept-Encoding": "identity",
         }
         if range_header is not None:
@@ -400,7 +400,7 @@ class HttpClient:
         directives = self.options.disallowed_directives
         if not directives:
             return
-        token = robots_token(self.options.user_agent)
+        token = robots_token(self.options.user_agent or DEFAULT_USER_AGENT)
         found = opted_out(r.headers.getlist("X-Robots-Tag"), token, directives)
         if found is not None:
             discard(r)
