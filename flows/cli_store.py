@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from ..tasks.errors import OutputError
 from ..tasks.ops import CleanPlan, plan_clean, remove_unreferenced, store_of
 from .narrow_tables import add_fixed, add_text, compact, narrow_table, print_whole
 from .preflight import UsageError
@@ -78,9 +79,12 @@ def clean(
                     f"{folder} is in use by a vlmforge run ({describe(busy.holder)})",
                     "clean when it has ended",
                 ) from None
-        plan = plan_clean(store, outs)
+        try:
+            plan = plan_clean(store, outs)
+            removed, freed = remove_unreferenced(plan) if delete else (0, 0)
+        except OutputError as exc:  # a store that is not local, a path that leads out of it
+            raise UsageError(str(exc)) from None
         if delete:
-            removed, freed = remove_unreferenced(plan)
             console.print(
                 f"store {plan.root}: removed {removed} objects ({freed} bytes) that no manifest references; "
                 f"kept {plan.objects - removed}",

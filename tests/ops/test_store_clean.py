@@ -153,3 +153,11 @@ def test_symlinks_in_the_store_are_neither_followed_nor_removed(tmp_path: Path) 
     assert remove_unreferenced(plan) == (1, len(b"unreferenced"))
     assert (outside / far).read_bytes() == b"not the store's" and (store / "cd" / linked).is_symlink()
     assert not (store / mine[:2] / mine).exists()
+
+
+def test_a_store_that_is_not_local_is_refused_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "out" / "manifests").mkdir(parents=True)
+    done = _cli("store", "clean", str(tmp_path / "out"), "--store", "s3://bucket/store", "--delete")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert len(done.stderr.strip().splitlines()) == 1 and "local store only" in done.stderr, done.stderr
+    assert not (tmp_path / "out" / ".vlmforge-run.lock").exists()  # the lock was released
