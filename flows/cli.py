@@ -263,12 +263,13 @@ def _register_commands() -> None:
         cli_recipe,
         cli_schedule,
         cli_server,
+        cli_store,
         cli_tokens,
         cli_worker,
     )
 
     commands = (cli_catalog, cli_recipe, cli_tokens, cli_energon, cli_quality, cli_server, cli_worker)
-    for module in (*commands, cli_schedule):
+    for module in (*commands, cli_schedule, cli_store):
         module.register(app)
 
 

@@ -30,8 +30,10 @@ from .stats.stage_times import (
     write_outside_time,
     write_stage_times,
 )
+from .store_clean import CleanPlan, plan_clean, remove_unreferenced, store_of
 
 __all__ = [
+    "CleanPlan",
     "EstimateOptions",
     "FORMAT_NAMES",
     "MixPlan",
@@ -54,8 +56,11 @@ __all__ = [
     "format_mix",
     "parse_bandwidth",
     "parse_count",
+    "plan_clean",
+    "remove_unreferenced",
     "render",
     "run_query",
+    "store_of",
     "text_rows",
     "versus_actual",
     "versus_hours",
