@@ -380,7 +380,7 @@ class Services:
     def __init__(self, tmp: Path, vlmforge: str) -> None:
         import psutil
 
-        from vlmforge.flows.runtime import PrefectServer
+        from vlmforge.flows.runtime.embedded import PrefectServer
 
         port = _free_port()
         token = os.urandom(32).hex()

@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
-from .docs_server import LOOPBACK, MOUNTS_KIND, MOUNTS_PATH, mount_names
+from .runtime.docs_server import LOOPBACK, MOUNTS_KIND, MOUNTS_PATH, mount_names
 
 DOCS_URL_ENV = "VLMFORGE_DOCS_URL"
 DEFAULT_UI_PORT = 4200

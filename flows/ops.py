@@ -21,8 +21,8 @@ from ..tasks.errors import OutputError
 from ..tasks.manifests import OutputLayout
 from ..tasks.ops import MixPlan
 from ..tasks.publish import ValidationReport, published_subsets
-from .executors import runner_for
 from .pipeline import run_release
+from .runtime.executors import runner_for
 from .summary import RunSummary
 
 __all__ = [

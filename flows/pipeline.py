@@ -39,13 +39,13 @@ from ..tasks.publish import (
 )
 from ..tasks.staging import as_released, stage_run_source
 from ..tasks.storage import ContentStore, OutputFullError, atomic_write_bytes
-from . import progress
 from .docs_link import served_docs_url
-from .executors import executor_cpus
 from .grouping import StageQueues, pack_batches
 from .publish_records import PublishRecords
 from .run_names import run_name
-from .runtime import LoopbackRayTaskRunner, configured_api_url, hand_back_freed_memory
+from .runtime import progress
+from .runtime.embedded import LoopbackRayTaskRunner, configured_api_url, hand_back_freed_memory
+from .runtime.executors import executor_cpus
 from .schedule import GATE, PUBLISH, VALIDATE, StageSpans, SubsetSchedule
 from .stage_tasks import (
     SubsetFailure,

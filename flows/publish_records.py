@@ -11,7 +11,7 @@ from ..schemas.records import SubsetEntry
 from ..tasks.gate import carry_results
 from ..tasks.manifests import OutputLayout
 from ..tasks.publish import current_publish, forget_current, publish_fingerprint, record_current
-from . import progress
+from .runtime import progress
 from .summary import SubsetOutcome
 
 UNCHANGED = "unchanged: "  # the gate column of an unchanged subset starts so, then its earlier verdict

@@ -16,7 +16,7 @@ def run_name() -> str:
     """``run <release> -> <out>`` of the flow run being created (Prefect calls this for the name)."""
     from prefect.runtime import flow_run
 
-    from .interrupt import note_flow_run
+    from .runtime.interrupt import note_flow_run
 
     note_flow_run(flow_run.get_id())  # the run a Ctrl-C or SIGTERM of this process cancels
     cfg = flow_run.parameters.get("cfg")

@@ -32,7 +32,7 @@ from ..tasks.publish import (
     validate_subset,
 )
 from ..tasks.storage import OutputFullError
-from .runtime import returns_freed_memory
+from .runtime.embedded import returns_freed_memory
 from .summary import publish_quality
 
 T = TypeVar("T")

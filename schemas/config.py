@@ -52,7 +52,7 @@ def _tuples(v: object) -> object:
 def flag(name: str | None = None, **extra: Any) -> dict[str, Any]:
     """CLI facts of an option beyond its type, default and help (its ``description``): the flag's name when
     it is not ``--<field-name>`` and how it reads (``metavar``, ``shown_default``). A field with a
-    ``description`` is a ``vlmforge run`` option (flows/cli_options.py makes the flag from the field)."""
+    ``description`` is a ``vlmforge run`` option (flows/cli/options.py makes the flag from the field)."""
     return {"flag": name, **extra} if name else extra
 
 
@@ -355,7 +355,7 @@ BATCH_NEUTRAL: Final = ("out", "source", "fetch", "shards", "gate", "execution")
 
 # The options of every command that reads media recipes (``run``, ``catalog --estimate``, ``refresh``,
 # ``recipe``): where recipes are, the variables they may read, where media and the release are. Declared once,
-# here; flows/cli_options.py makes each command's flags from these fields (the same names, types and help).
+# here; flows/cli/options.py makes each command's flags from these fields (the same names, types and help).
 RECIPE_OPTIONS: Final = ("catalogs", "env_allow", "media_roots", "allowed_url_schemes", "storage_options")
 
 

@@ -22,6 +22,14 @@ class ConfigError(VlmforgeError):
     """An option or option combination is invalid."""
 
 
+class UsageError(ConfigError):
+    """A mistake on the command line, found before start-up: one line, with a hint (exit 2). Here, not in
+    the command line's package, because the runtime refuses some (``--ray-address``, a held run lock) too."""
+
+    def __init__(self, problem: str, hint: str | None = None) -> None:
+        super().__init__(f"{problem}; {hint}" if hint else problem)
+
+
 class OutputError(VlmforgeError):
     """The output folder cannot be used as asked."""
 

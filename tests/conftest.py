@@ -33,7 +33,7 @@ os.environ["AWS_DEFAULT_REGION"] = "us-east-1"
 # Ray's token for every Ray the tests start (token authentication, as in a run), never ~/.ray/auth_token.
 os.environ["RAY_AUTH_TOKEN_PATH"] = str(_HOME / "ray" / "auth_token")
 
-from vlmforge.flows.runtime import apply_quiet_env, ray_token_path  # noqa: E402
+from vlmforge.flows.runtime.embedded import apply_quiet_env, ray_token_path  # noqa: E402
 
 apply_quiet_env()
 ray_token_path()
@@ -64,9 +64,9 @@ def _refuse_services() -> None:
     import prefect.testing.utilities
     import ray
 
-    import vlmforge.flows.project_server
-    import vlmforge.flows.ray_head
-    import vlmforge.flows.runtime
+    import vlmforge.flows.runtime.embedded
+    import vlmforge.flows.runtime.project_server
+    import vlmforge.flows.runtime.ray_head
 
     def refuse(what: str) -> Any:
         def starter(*args: Any, **kwargs: Any) -> Any:
@@ -76,9 +76,9 @@ def _refuse_services() -> None:
 
     ray.init = refuse("ray.init")
     prefect.testing.utilities.prefect_test_harness = refuse("a Prefect test server")
-    vlmforge.flows.project_server.hold_project_server = refuse("a Prefect server")
-    vlmforge.flows.runtime.start_local_ray = refuse("a local Ray")
-    vlmforge.flows.ray_head.start_ray_head = refuse("a Ray head")
+    vlmforge.flows.runtime.project_server.hold_project_server = refuse("a Prefect server")
+    vlmforge.flows.runtime.embedded.start_local_ray = refuse("a local Ray")
+    vlmforge.flows.runtime.ray_head.start_ray_head = refuse("a Ray head")
 
 
 REAL_MEDIA = Path(
@@ -148,7 +148,7 @@ def running_local_ray(num_cpus: int = 2) -> Iterator[None]:
 
     import ray
 
-    from vlmforge.flows.runtime import start_local_ray
+    from vlmforge.flows.runtime.embedded import start_local_ray
 
     home = start_local_ray(num_cpus)
     try:
@@ -212,9 +212,9 @@ def run_flow(cfg: RunConfig, *, executor: str = "local") -> Any:
     """``run_release(cfg)`` against the test harness's API, its tasks run by ``executor``: by default the
     local one (threads of this process), as every test whose subject is the flow's logic, not the
     cluster; ``"ray"`` starts a loopback Ray (or reuses one the test initialised or ``cfg`` names)."""
-    from vlmforge.flows.executors import runner_for
     from vlmforge.flows.pipeline import run_release
-    from vlmforge.flows.runtime import embedded_runtime
+    from vlmforge.flows.runtime.embedded import embedded_runtime
+    from vlmforge.flows.runtime.executors import runner_for
 
     cfg = with_executor(cfg, executor)
     with embedded_runtime():

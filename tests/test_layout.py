@@ -179,3 +179,38 @@ def test_the_order_check_sees_a_violation(tmp_path: Path, module: str, line: str
     probe.write_text(line + "\n")
     bad = _import_violations(_modules() | {module: probe})
     assert [v for v in bad if v.startswith(module + " ")] and why in " ".join(bad), bad
+
+
+# flows/ has three rooms: the command line uses the flows and the runtime, the flows use the runtime, the
+# runtime (Ray, Prefect, locks, Ctrl-C, progress events) uses neither.
+ROOMS = {"vlmforge.flows.cli": 2, "vlmforge.flows.runtime": 0}
+MAX_FLOWS_TOP = 15
+
+
+def _room(module: str) -> int | None:
+    """2: the command line, 1: the flows, 0: the runtime, None: not in flows/."""
+    for prefix, rank in ROOMS.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return rank
+    return 1 if module == "vlmforge.flows" or module.startswith("vlmforge.flows.") else None
+
+
+def test_flows_rooms_import_downward_only() -> None:
+    mods = _modules()
+    known = set(mods)
+    upward = []
+    for name, path in mods.items():
+        rank = _room(name)
+        if rank is None:
+            continue
+        for dep in _imports(name, path, known):
+            dep_rank = _room(dep)
+            if dep_rank is not None and dep_rank > rank and dep != "vlmforge.flows":
+                upward.append(f"{name} -> {dep}")
+    assert not upward, upward
+
+
+def test_flows_holds_few_modules_at_its_top() -> None:
+    top = sorted(p.name for p in (REPO / "flows").glob("*.py"))
+    assert len(top) <= MAX_FLOWS_TOP, top
+    assert (REPO / "flows" / "cli" / "__init__.py").exists() and (REPO / "flows" / "runtime").is_dir()

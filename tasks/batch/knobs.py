@@ -5,7 +5,7 @@ A knob is a function of the sample and the run's config returning None (keep) or
 and run before any media work (a dropped sample costs nothing); token knobs look at the counted sample.
 Adding a knob is one entry in :data:`RECORD_KNOBS` or :data:`TOKEN_KNOBS` (in the order they apply), its
 config field (a ``BATCH_INPUTS`` sub-model, so it is fingerprinted; its ``description`` makes it a CLI option,
-flows/cli_options.py) and its reason code.
+flows/cli/options.py) and its reason code.
 """
 
 from __future__ import annotations

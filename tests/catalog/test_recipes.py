@@ -10,7 +10,7 @@ import typer
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from vlmforge.flows.cli_recipe import register
+from vlmforge.flows.cli.recipe import register
 from vlmforge.schemas.recipes import (
     ArchiveSource,
     Recipe,

@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from vlmforge.flows.runtime import RAY_BOOTSTRAP, apply_quiet_env, ray_process_env, ray_token_path
+from vlmforge.flows.runtime.embedded import RAY_BOOTSTRAP, apply_quiet_env, ray_process_env, ray_token_path
 
 apply_quiet_env()  # before Ray is imported: local-only mode, token authentication
 ray_token_path()

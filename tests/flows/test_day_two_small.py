@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from vlmforge.flows.cli import app
-from vlmforge.flows.cli_options import run_options
+from vlmforge.flows.cli.options import run_options
 
 
 def test_a_subset_name_with_a_space_is_refused_before_start_up(sample_release: Path, tmp_path: Path) -> None:

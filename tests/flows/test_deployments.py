@@ -23,7 +23,7 @@ import pytest
 from conftest import final_flow_run
 
 from vlmforge.flows.run_names import name_of
-from vlmforge.flows.runtime import QUIET_ENV, _free_port
+from vlmforge.flows.runtime.embedded import QUIET_ENV, _free_port
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -86,7 +86,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
 @pytest.fixture(scope="module")
 def ray_cluster(server: dict[str, str]) -> Iterator[str]:
     """A Ray head as its own process (retried if Ray's node start times out); yields its address."""
-    from vlmforge.flows.ray_head import start_ray_head
+    from vlmforge.flows.runtime.ray_head import start_ray_head
 
     head = start_ray_head(num_cpus=2, env={"PREFECT_API_URL": server["PREFECT_API_URL"]})
     try:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vlmforge.flows.disk_check import disk_need
+from vlmforge.flows.cli.disk_check import disk_need
 from vlmforge.schemas.config import RunConfig
 
 

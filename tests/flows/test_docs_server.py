@@ -172,7 +172,7 @@ def test_a_runs_last_lines_point_where_it_can_be_seen_afterwards(
     """After a run whose Prefect server stopped with it, no dead "View at" port is the last word: where its
     records are kept and how to browse them; after a run that reported to a server, only the Data Docs
     line."""
-    from vlmforge.flows.run_banner import after_run_lines, prefect_line
+    from vlmforge.flows.cli.run_banner import after_run_lines, prefect_line
 
     monkeypatch.setenv("VLMFORGE_DOCS_URL", "http://127.0.0.1:9")  # nothing serves there: the file path
     monkeypatch.setenv("PREFECT_HOME", str(out.parent / "prefect-home"))

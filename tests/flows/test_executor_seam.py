@@ -1,4 +1,4 @@
-"""The executor seam (flows/executors.py): the same release run by the local executor (threads of this
+"""The executor seam (flows/runtime/executors.py): the same release run by the local executor (threads of this
 process) and by Ray writes the same bytes, so the tests that run flows locally prove what a Ray run does.
 Ray stays the default of ``vlmforge run`` and of every flow's configuration."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import output_hashes, run_flow
 
-from vlmforge.flows.executors import LocalTaskRunner, runner_for
 from vlmforge.flows.pipeline import run_release
-from vlmforge.flows.runtime import LoopbackRayTaskRunner
+from vlmforge.flows.runtime.embedded import LoopbackRayTaskRunner
+from vlmforge.flows.runtime.executors import LocalTaskRunner, runner_for
 from vlmforge.schemas.config import RunConfig
 
 pytestmark = pytest.mark.slow

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from vlmforge.flows.ray_head import RayHead, _free_port, _port_open, _ray_cli
-from vlmforge.flows.runtime import RAY_BOOTSTRAP, configured_api_url
+from vlmforge.flows.runtime.embedded import RAY_BOOTSTRAP, configured_api_url
+from vlmforge.flows.runtime.ray_head import RayHead, _free_port, _port_open, _ray_cli
 
 pytestmark = pytest.mark.slow
 RUN_TIMEOUT_S = 900.0

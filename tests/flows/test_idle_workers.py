@@ -1,6 +1,6 @@
 """A Ray worker left idle is let go, on both Ray clusters vlmforge starts (a run's own, and the head of
 ``vlmforge server --ray``): once a subset's batches are done, the idle batch worker does not keep its memory
-beside the worker that gates and publishes (``RAY_PROCESS_ENV`` in flows/runtime.py)."""
+beside the worker that gates and publishes (``RAY_PROCESS_ENV`` in flows/runtime/embedded.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ EXIT_WAIT_S = 90.0  # Ray lets a worker go 2 s after its last task; a loaded CI 
 def _server_head() -> Iterator[None]:
     import ray
 
-    from vlmforge.flows.ray_head import ray_head
+    from vlmforge.flows.runtime.ray_head import ray_head
 
     with ray_head(num_cpus=2) as head:
         ray.init(

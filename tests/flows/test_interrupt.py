@@ -1,13 +1,13 @@
 """Ctrl-C at a terminal stops a run cleanly, and the next run resumes (issue 33).
 
-The real ``vlmforge run`` on a pseudo-terminal that is its controlling terminal, as a user's shell runs it.
-At the run's first committed batch (its stage event ``batches:1``, reported through the test-only watch hook
-of ``flows/faults.py``), the test types Ctrl-C (``\\x03`` on the terminal: the kernel sends SIGINT to the
-terminal's foreground process group, the run and every process it started in its group). The run must end
-with exit 130, one line that says how to resume and no traceback, its flow run Cancelled in the session's
-real Prefect server. SIGTERM (as ``kill`` or a supervisor sends it; during a flow Prefect's and Ray's own
-SIGTERM handlers see it first) does the same with exit 143. After Ctrl-C the same command resumes: the
-batches committed before the interrupt are kept, not redone, and it publishes.
+The real ``vlmforge run`` on a pseudo-terminal that is its controlling terminal, as a user's shell runs it. At
+the run's first committed batch (its stage event ``batches:1``, reported through the test-only watch hook of
+``flows/runtime/faults.py``), the test types Ctrl-C (``\\x03`` on the terminal: the kernel sends SIGINT to the
+terminal's foreground process group, the run and every process it started in its group). The run must end with
+exit 130, one line that says how to resume and no traceback, its flow run Cancelled in the session's real
+Prefect server. SIGTERM (as ``kill`` or a supervisor sends it; during a flow Prefect's and Ray's own SIGTERM
+handlers see it first) does the same with exit 143. After Ctrl-C the same command resumes: the batches
+committed before the interrupt are kept, not redone, and it publishes.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 from reliability.stage_events import StageEvents
 
-from vlmforge.flows.runtime import configured_api_url
+from vlmforge.flows.runtime.embedded import configured_api_url
 
 pytestmark = pytest.mark.slow
 RUN_TIMEOUT_S = 900.0

@@ -17,7 +17,7 @@ import pytest
 SCRIPT = textwrap.dedent(
     """
     import signal, sys
-    from vlmforge.flows.interrupt import stops_cleanly
+    from vlmforge.flows.runtime.interrupt import stops_cleanly
 
     def serializer_that_wraps():  # as pydantic_core wraps an error raised inside a serializer
         try:

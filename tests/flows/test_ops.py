@@ -78,7 +78,7 @@ def test_server_command_binds_loopback_with_analytics_off() -> None:
     from typer.testing import CliRunner
 
     from vlmforge.flows.cli import app
-    from vlmforge.flows.cli_server import server_command, server_env
+    from vlmforge.flows.cli.server import server_command, server_env
 
     cmd = server_command(4321)
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and cmd[-1] == "4321"
@@ -98,7 +98,7 @@ def test_vlmforge_server_serves_the_ui_on_loopback_and_stops_with_its_command(tm
     import time
     import urllib.request
 
-    from vlmforge.flows.runtime import _free_port
+    from vlmforge.flows.runtime.embedded import _free_port
 
     port = _free_port()
     env = os.environ.copy() | {"PREFECT_HOME": str(tmp_path / "prefect")}
@@ -149,7 +149,7 @@ def test_refresh_mix_and_validate_flows(prefect_harness: None, sample_release: P
     from vlmforge.flows.cli import app
     from vlmforge.flows.ops import mix_flow, runner_for, validate_flow
     from vlmforge.flows.pipeline import run_release
-    from vlmforge.flows.runtime import embedded_runtime
+    from vlmforge.flows.runtime.embedded import embedded_runtime
     from vlmforge.tasks.errors import OutputError
 
     release, out = tmp_path / "release", tmp_path / "out"

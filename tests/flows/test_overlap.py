@@ -1,4 +1,4 @@
-"""``--out`` and the store against the release and the media roots (``flows/overlap.py``): the pure
+"""``--out`` and the store against the release and the media roots (``flows/cli/overlap.py``): the pure
 comparison of places, local (symlinks resolved) and fsspec URLs (protocol + path). The real CLI refusing
 these before start-up is ``tests/reliability/test_hostile_round2_a.py``."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vlmforge.flows.overlap import Place, overlap_problem, place_of
+from vlmforge.flows.cli.overlap import Place, overlap_problem, place_of
 from vlmforge.schemas.config import RunConfig
 
 

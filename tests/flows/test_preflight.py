@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from vlmforge.flows.preflight import OVERRIDES_HINT, resolve_model
+from vlmforge.flows.cli.preflight import OVERRIDES_HINT, resolve_model
 from vlmforge.schemas.model_names import preset_for
 from vlmforge.schemas.presets import list_presets
 

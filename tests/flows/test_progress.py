@@ -8,9 +8,9 @@ import io
 
 from rich.console import Console
 
-from vlmforge.flows import progress
 from vlmforge.flows.narrow_tables import compact
-from vlmforge.flows.progress_view import LiveView, RunProgress
+from vlmforge.flows.runtime import progress
+from vlmforge.flows.runtime.progress_view import LiveView, RunProgress
 
 
 def _drive() -> None:

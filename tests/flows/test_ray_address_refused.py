@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from vlmforge.flows.ray_head import ray_head
-from vlmforge.flows.runtime import configured_api_url
+from vlmforge.flows.runtime.embedded import configured_api_url
+from vlmforge.flows.runtime.ray_head import ray_head
 
 pytestmark = pytest.mark.slow
 

@@ -36,8 +36,8 @@ def test_pipeline_runs_on_a_separate_ray_head_process(
 
     from vlmforge.flows.ops import runner_for
     from vlmforge.flows.pipeline import run_release
-    from vlmforge.flows.ray_head import ray_head
-    from vlmforge.flows.runtime import embedded_runtime
+    from vlmforge.flows.runtime.embedded import embedded_runtime
+    from vlmforge.flows.runtime.ray_head import ray_head
     from vlmforge.tasks.manifests import OutputLayout, read_table
 
     assert not ray.is_initialized()

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from vlmforge.flows.run_lock import LOCK_NAME, run_lock
 from vlmforge.flows.run_names import name_of
-from vlmforge.flows.runtime import configured_api_url
+from vlmforge.flows.runtime.embedded import configured_api_url
+from vlmforge.flows.runtime.run_lock import LOCK_NAME, run_lock
 
 RUN_TIMEOUT_S = 900.0
 

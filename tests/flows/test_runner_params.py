@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from vlmforge.flows.ray_attach import attach_kwargs, execution_of
-from vlmforge.flows.runtime import LoopbackRayTaskRunner
+from vlmforge.flows.runtime.embedded import LoopbackRayTaskRunner
+from vlmforge.flows.runtime.ray_attach import attach_kwargs, execution_of
 from vlmforge.schemas.config import RunConfig
 
 pytestmark = pytest.mark.slow  # a service (Ray, a Prefect server or an S3 server) of its own

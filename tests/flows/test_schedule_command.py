@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from vlmforge.flows.runtime import QUIET_ENV, configured_api_url
+from vlmforge.flows.runtime.embedded import QUIET_ENV, configured_api_url
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

@@ -1,12 +1,12 @@
 """A run's start-up starts each service once: one Prefect server for the whole run, the driver included.
 
 Prefect reads its settings when it is imported, so a driver that only put ``PREFECT_API_URL`` in the
-environment after the import kept seeing no API and started a temporary server of its own next to the one
-the run had started (the Ray workers used the first, the driver the second). A real ``vlmforge run`` of a
-small text-only release, in a session of its own, with the test-only watch hook of ``flows/faults.py``: at
-each stage event (Prefect API up, Ray up, every batch, gate, publish, validation) the run is paused while
-this test lists its whole process tree; every scan must see exactly one Prefect server, always the same,
-and while batches run, Ray's processes must see the environment a local Ray is started with.
+environment after the import kept seeing no API and started a temporary server of its own next to the one the
+run had started (the Ray workers used the first, the driver the second). A real ``vlmforge run`` of a small
+text-only release, in a session of its own, with the test-only watch hook of ``flows/runtime/faults.py``: at
+each stage event (Prefect API up, Ray up, every batch, gate, publish, validation) the run is paused while this
+test lists its whole process tree; every scan must see exactly one Prefect server, always the same, and while
+batches run, Ray's processes must see the environment a local Ray is started with.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import psutil
 import pytest
 from reliability.stage_events import StageEvents
 
-from vlmforge.flows.runtime import RAY_PROCESS_ENV
+from vlmforge.flows.runtime.embedded import RAY_PROCESS_ENV
 
 pytestmark = pytest.mark.slow
 RUN_TIMEOUT_S = 900.0
@@ -131,12 +131,12 @@ def test_an_embedded_run_starts_one_prefect_server(tmp_path: Path) -> None:
     assert set(counts.values()) == {1}, counts  # exactly one server at every point of the run
     assert len(set().union(*scans.values())) == 1, scans  # and the same one throughout
     # Ray's processes (a batch's worker among them) see the HOME with Ray's bootstrap file, so no start probes
-    # cloud metadata, two malloc arenas and Arrow on glibc's heap (flows/runtime.py RAY_PROCESS_ENV)
+    # cloud metadata, two malloc arenas and Arrow on glibc's heap (flows/runtime/embedded.py RAY_PROCESS_ENV)
     assert {"raylet", "gcs_server", "ray::build-batch"} <= {name for name, _, _ in ray_processes}, (
         ray_processes
     )
     assert all(home_ok and env == RAY_PROCESS_ENV for _, home_ok, env in ray_processes), ray_processes
-    # the run's one-node Ray has no autoscaler monitor and no log monitor (flows/runtime.py
+    # the run's one-node Ray has no autoscaler monitor and no log monitor (flows/runtime/embedded.py
     # _without_cluster_monitors): ~0.17 GB of idle processes
     assert any("raylet" in c for c in commands), commands
     monitors = [c for c in commands if "autoscaler/_private/monitor.py" in c or "log_monitor.py" in c]

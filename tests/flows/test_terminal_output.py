@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from vlmforge.flows.runtime import configured_api_url
+from vlmforge.flows.runtime.embedded import configured_api_url
 
 pytestmark = pytest.mark.slow
 HEADER = re.compile(r"^\s*subset\s+license\s+rows\s+ok\s+rej\s+drop\s+img\s+vid\s+tokens\s+gate\s*$")

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from conftest import run_flow, tree_hashes
 
-from vlmforge.flows.runtime import configured_api_url
+from vlmforge.flows.runtime.embedded import configured_api_url
 from vlmforge.schemas.config import RunConfig
 from vlmforge.tasks.catalog import unpublish_subset
 from vlmforge.tasks.gate import load_run

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from vlmforge.flows.runtime import _MALLOC_TRIM
+from vlmforge.flows.runtime.embedded import _MALLOC_TRIM
 
 CASE = """
 import json, sys
-from vlmforge.flows.runtime import returns_freed_memory
+from vlmforge.flows.runtime.embedded import returns_freed_memory
 
 def rss_mb():
     with open("/proc/self/status") as f:
@@ -59,7 +59,7 @@ def test_a_task_body_returns_what_it_freed_to_the_system() -> None:
 def test_the_wrapper_keeps_the_task_result_errors_and_signature() -> None:
     import inspect
 
-    from vlmforge.flows.runtime import returns_freed_memory
+    from vlmforge.flows.runtime.embedded import returns_freed_memory
 
     def task(entry: str, index: int = 0) -> str:
         if index < 0:
@@ -78,7 +78,7 @@ def test_every_task_a_ray_worker_runs_hands_back_its_memory() -> None:
     from prefect import Task
 
     from vlmforge.flows import pipeline, stage_tasks
-    from vlmforge.flows.runtime import returns_freed_memory
+    from vlmforge.flows.runtime.embedded import returns_freed_memory
 
     wrapper_code = returns_freed_memory(lambda: None).__code__
     tasks = [value for value in vars(stage_tasks).values() if isinstance(value, Task)]
@@ -94,7 +94,7 @@ def test_every_task_a_ray_worker_runs_hands_back_its_memory() -> None:
 CATALOG_CASE = """
 import json, sys
 from pathlib import Path
-from vlmforge.flows.runtime import hand_back_freed_memory
+from vlmforge.flows.runtime.embedded import hand_back_freed_memory
 from vlmforge.tasks.catalog.release_catalog import catalog_release
 
 def rss_mb():

@@ -17,7 +17,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from vlmforge.flows.cli_quality import register
+from vlmforge.flows.cli.quality import register
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.records import SubsetEntry
 from vlmforge.tasks.errors import OutputError

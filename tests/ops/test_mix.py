@@ -21,7 +21,7 @@ from megatron.energon import WorkerConfig, get_loader, get_train_dataset
 from published_fixture import SubsetSpec, build_out, write_manifests
 from typer.testing import CliRunner
 
-from vlmforge.flows.cli_energon import register
+from vlmforge.flows.cli.energon import register
 from vlmforge.tasks.errors import ConfigError, OutputError
 from vlmforge.tasks.manifests import OutputLayout, read_table
 from vlmforge.tasks.ops.mix.output import format_mix, write_mix

@@ -17,7 +17,8 @@ from conftest import error_collecting_worker_config, msc_profile, output_hashes
 from published_fixture import SubsetSpec, build_out
 from typer.testing import CliRunner
 
-from vlmforge.flows import cli_energon, cli_tokens
+from vlmforge.flows.cli import energon as cli_energon
+from vlmforge.flows.cli import tokens as cli_tokens
 from vlmforge.tasks.manifests import OutputLayout
 from vlmforge.tasks.ops.mix.output import write_mix
 from vlmforge.tasks.ops.query import run_query

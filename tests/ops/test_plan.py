@@ -163,7 +163,7 @@ def test_plan_bad_options(out: str) -> None:
 
 @pytest.fixture(scope="module")
 def app() -> typer.Typer:
-    from vlmforge.flows.cli_tokens import register
+    from vlmforge.flows.cli.tokens import register
 
     application = typer.Typer(pretty_exceptions_enable=False)
     register(application)

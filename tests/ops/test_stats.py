@@ -101,7 +101,7 @@ def test_names_are_escaped_and_empty_plots_render() -> None:
 
 
 def test_stats_command(out: str) -> None:
-    from vlmforge.flows.cli_tokens import register
+    from vlmforge.flows.cli.tokens import register
 
     app = typer.Typer(pretty_exceptions_enable=False)
     register(app)

@@ -21,7 +21,7 @@ from conftest import tree_hashes
 from http_fixture import HttpFixture
 from PIL import Image
 
-from vlmforge.flows.run_lock import run_lock
+from vlmforge.flows.runtime.run_lock import run_lock
 from vlmforge.tasks.ops import plan_clean, remove_unreferenced
 from vlmforge.tasks.storage import ContentStore
 
@@ -45,7 +45,7 @@ def _store_files(store: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def ran(prefect_harness: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    from vlmforge.flows.runtime import configured_api_url
+    from vlmforge.flows.runtime.embedded import configured_api_url
 
     root = tmp_path_factory.mktemp("store-clean")
     release, recipes, out = root / "release", root / "recipes", root / "out"

@@ -18,7 +18,7 @@ from published_fixture import SubsetSpec, build_out, write_manifests
 from typer.testing import CliRunner
 
 from vlmforge.energon import COOKERS, ChatSample
-from vlmforge.flows.cli_energon import register
+from vlmforge.flows.cli.energon import register
 from vlmforge.schemas.sample_keys import sanitize_key
 from vlmforge.tasks.manifests import OutputLayout, read_table, write_part
 from vlmforge.tasks.publish.check_report import format_reports

@@ -1,4 +1,4 @@
-"""A test's end of the run's stage-event hook (``flows/faults.py``, ``VLMFORGE_TEST_WATCH_SOCKET``).
+"""A test's end of the run's stage-event hook (``flows/runtime/faults.py``, ``VLMFORGE_TEST_WATCH_SOCKET``).
 
 The driver of a run started with :attr:`StageEvents.env` connects to a Unix socket at each stage event
 (``startup:1``, ``batches:0``, ``batches:1``, ...), sends the event and waits for one byte back. This side
@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 
-from vlmforge.flows.faults import WATCH_ENV
+from vlmforge.flows.runtime.faults import WATCH_ENV
 
 
 class StageEvents:

@@ -51,7 +51,7 @@ def test_every_ray_up_node_starts_in_token_mode_with_the_token_file() -> None:
 def test_the_embedded_token_is_a_private_file_exported_to_child_processes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from vlmforge.flows.runtime import QUIET_ENV, ray_token_path
+    from vlmforge.flows.runtime.embedded import QUIET_ENV, ray_token_path
 
     monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
     monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)

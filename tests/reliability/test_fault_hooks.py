@@ -1,4 +1,4 @@
-"""The test-only stage-event hooks of ``flows/faults.py``: exact positions, inert when unset."""
+"""The test-only stage-event hooks of ``flows/runtime/faults.py``: exact positions, inert when unset."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from vlmforge.flows import faults, progress
+from vlmforge.flows.runtime import faults, progress
 
 
 @pytest.fixture

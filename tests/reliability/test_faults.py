@@ -13,8 +13,8 @@ session's test server (outside the killed session).
 
 Kill points are the run's own stage events, not times: the reference run reports every event to this test
 (``VLMFORGE_TEST_WATCH_SOCKET``), seeded points are drawn from them, and each killed run gets
-``VLMFORGE_TEST_KILL_AT=<stage>:<n>`` (``flows/faults.py``), so it dies at exactly that event however busy
-the machine is, and the test checks that it did.
+``VLMFORGE_TEST_KILL_AT=<stage>:<n>`` (``flows/runtime/faults.py``), so it dies at exactly that event however
+busy the machine is, and the test checks that it did.
 
 Figures go to the JSON file named by ``VLMFORGE_FAULT_REPORT`` (``benchmarks/fault_report.py`` prints them);
 ``VLMFORGE_FAULT_KILLS_PER_STAGE`` (default 4, five stages, fewer where a stage has fewer events) sets the
@@ -48,7 +48,7 @@ import yaml
 from http_fixture import Fault, HttpFixture
 from stage_events import StageEvents
 
-from vlmforge.flows.faults import KILL_ENV, KILL_MARK
+from vlmforge.flows.runtime.faults import KILL_ENV, KILL_MARK
 
 pytestmark = pytest.mark.slow
 
@@ -151,7 +151,7 @@ def _build_release(root: Path, sample_release: Path, srv: HttpFixture) -> tuple[
 def world(
     prefect_harness: None, sample_release: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[World]:
-    from vlmforge.flows.runtime import configured_api_url
+    from vlmforge.flows.runtime.embedded import configured_api_url
 
     api = configured_api_url()
     assert api and api.startswith("http://127.0.0.1:"), api
@@ -356,7 +356,7 @@ def stored_upstream(out: Path) -> set[str]:
 class KillPoint:
     round: int
     stage: str
-    event: int  # the run was killed at event ``event`` of ``stage`` (``flows/faults.py``)
+    event: int  # the run was killed at event ``event`` of ``stage`` (``flows/runtime/faults.py``)
     after_s: float  # seconds after the process started
     store_objects: int
 

@@ -180,7 +180,7 @@ def test_recipe_check_refuses_a_key_given_twice(tmp_path: Path) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PREFLIGHT_BOUND_S)
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
     assert proc.returncode == 2, lines
-    # the CLI's own errors add the one hint line (flows/cli.py main), as for every other command
+    # the CLI's own errors add the one hint line (flows/cli/__init__.py main), as for every other command
     assert lines == [f"error: {path}: {DUP_WORDS}: keep one", "(set VLMFORGE_DEBUG=1 for the traceback)"]
 
 
@@ -222,7 +222,7 @@ def hostile_run(
     """A run of one good subset, then one real run over every hostile release case of this module into the
     same OUT (``--subset`` each, the good one not listed), both on the local executor (the run's tasks in its
     own process: its peak RSS is the whole run's) and the session's Prefect server."""
-    from vlmforge.flows.runtime import configured_api_url
+    from vlmforge.flows.runtime.embedded import configured_api_url
 
     base = tmp_path_factory.mktemp("hostile42")
     release, out, recipes = base / "release", base / "out", base / "recipes"

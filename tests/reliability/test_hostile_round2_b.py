@@ -134,7 +134,7 @@ def run(prefect_harness: None) -> Iterator[dict[str, Any]]:
     """A ``--format infovqa`` run, then one real run over every hostile case of the module into the same OUT
     (``--subset`` each), both on the local executor (the decodes in the run's own process, whose peak RSS is
     measured) and the session's Prefect server."""
-    from vlmforge.flows.runtime import configured_api_url
+    from vlmforge.flows.runtime.embedded import configured_api_url
 
     root = Path(tempfile.mkdtemp(prefix="vfr2b-"))
     jpeg = _jpeg()

@@ -56,7 +56,7 @@ def scratch() -> Iterator[Path]:
 
 
 def test_a_hostile_upstream_cannot_hold_a_run(prefect_harness: None, tmp_path: Path, scratch: Path) -> None:
-    from vlmforge.flows.runtime import configured_api_url
+    from vlmforge.flows.runtime.embedded import configured_api_url
 
     other = DripServer()
     with DripServer(pace=0.5) as srv, other:

@@ -1,11 +1,11 @@
 """Nothing a run starts listens beyond loopback, Ray's own servers included.
 
 A real ``vlmforge run`` of the sample release (embedded Prefect server and embedded Ray, as a new user runs
-it) in a session of its own, with the test-only watch hook of ``flows/faults.py``: at each of the run's stage
-events (Prefect API up, Ray up, every batch, gate, publish and validation) the driver pauses until this test
-has listed the listening TCP sockets of the run's whole process tree (children of children, and every process
-of its session) with psutil. Any socket bound beyond loopback fails the test; so does a scan that never saw
-Ray's own listeners (GCS, raylet, a worker), which would make the check vacuous.
+it) in a session of its own, with the test-only watch hook of ``flows/runtime/faults.py``: at each of the
+run's stage events (Prefect API up, Ray up, every batch, gate, publish and validation) the driver pauses until
+this test has listed the listening TCP sockets of the run's whole process tree (children of children, and
+every process of its session) with psutil. Any socket bound beyond loopback fails the test; so does a scan
+that never saw Ray's own listeners (GCS, raylet, a worker), which would make the check vacuous.
 """
 
 from __future__ import annotations

@@ -7,10 +7,10 @@ import pytest
 import typer
 
 from vlmforge.flows.cli import app
-from vlmforge.flows.cli_options import with_trainer
-from vlmforge.flows.preflight import UsageError
+from vlmforge.flows.cli.options import with_trainer
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.trainers import TRAINERS
+from vlmforge.tasks.errors import UsageError
 
 RUN = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
 

@@ -1,10 +1,10 @@
 """Test-only hooks on the run's own stage events: exact crash points and exact watch points.
 
-The flow reports its stages to :mod:`flows.progress`: declaring a stage is event 0 of it, each unit done
-moves it on (``batches:1``, ``batches:2``, ...), and start-up milestones are events of the stage ``startup``
-(``startup:1`` the Prefect API answers, ``startup:2`` Ray is up). Two environment variables, read (and removed
-from the environment) when the driver first imports this module, turn those events into hooks for the
-reliability tests; outside tests neither is set, and ``progress`` does not call in here at all (``ACTIVE``
+The flow reports its stages to :mod:`flows.runtime.progress`: declaring a stage is event 0 of it, each unit
+done moves it on (``batches:1``, ``batches:2``, ...), and start-up milestones are events of the stage
+``startup`` (``startup:1`` the Prefect API answers, ``startup:2`` Ray is up). Two environment variables, read
+(and removed from the environment) when the driver first imports this module, turn those events into hooks for
+the reliability tests; outside tests neither is set, and ``progress`` does not call in here at all (``ACTIVE``
 is False).
 
 - ``VLMFORGE_TEST_KILL_AT=<stage>:<n>``: at that event, write ``vlmforge-test-kill <stage>:<n>`` to stderr,

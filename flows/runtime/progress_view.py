@@ -1,11 +1,11 @@
 """What the person running ``vlmforge run`` watches: per-subset batches, rows/s, images/s, an ETA and the
 stages as they start, live on a terminal and as plain lines when the output is piped (CI, a log file).
 
-:class:`RunProgress` holds the counts the flow reports through :mod:`flows.progress`; a view renders them:
-:class:`LiveView` (a rich ``Live`` table, redrawn a few times a second, showing the subsets at work) or
-:class:`LineView` (one line per stage start, per subset whose batches are done and per tenth of all
-batches: a log that reads in order). Rates count the batches this run did (a resumed run's skipped batches
-are done already, not fast); the ETA is the rows left at that rate.
+:class:`RunProgress` holds the counts the flow reports through :mod:`flows.runtime.progress`; a view renders
+them: :class:`LiveView` (a rich ``Live`` table, redrawn a few times a second, showing the subsets at work) or
+:class:`LineView` (one line per stage start, per subset whose batches are done and per tenth of all batches: a
+log that reads in order). Rates count the batches this run did (a resumed run's skipped batches are done
+already, not fast); the ETA is the rows left at that rate.
 """
 
 from __future__ import annotations

@@ -26,13 +26,8 @@ def run_estimate(
     bandwidth: str,
 ) -> Any:
     """The run's config from flat ``options``, estimated (with the comparison when ``out`` is set)."""
-    from ..tasks.errors import ConfigError
-    from ..tasks.ops import (
-        EstimateOptions,
-        estimate_config,
-        estimate_release,
-        parse_bandwidth,
-    )
+    from ...tasks.errors import ConfigError
+    from ...tasks.ops import EstimateOptions, estimate_config, estimate_release, parse_bandwidth
 
     try:
         rate = parse_bandwidth(bandwidth)
@@ -56,8 +51,8 @@ def run_estimate(
 
 
 def print_estimate(release: str, estimate: Any, as_json: bool) -> None:
-    from ..tasks.ops import as_json as to_json
-    from ..tasks.ops import estimate_table, footnotes, versus_hours, versus_table
+    from ...tasks.ops import as_json as to_json
+    from ...tasks.ops import estimate_table, footnotes, versus_hours, versus_table
 
     versus = estimate.versus
     if as_json:

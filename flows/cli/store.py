@@ -2,8 +2,8 @@
 of OUT references.
 
 The listing and removal are ``tasks/ops/store_clean.py``; this module holds OUT's run lock for the whole
-command (a run in flight stores objects its manifests do not name yet, so nothing is listed or removed
-while one holds it, and none can start meanwhile) and prints the result. Registered by ``flows/cli.py``.
+command (a run in flight stores objects its manifests do not name yet, so nothing is listed or removed while
+one holds it, and none can start meanwhile) and prints the result. Registered by ``flows/cli/__init__.py``.
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from ..tasks.errors import OutputError
-from ..tasks.ops import CleanPlan, plan_clean, remove_unreferenced, store_of
-from .narrow_tables import add_fixed, add_text, compact, narrow_table, print_whole
-from .preflight import UsageError
-from .run_lock import OutputBusy, describe, run_lock
+from ...tasks.errors import OutputError, UsageError
+from ...tasks.ops import CleanPlan, plan_clean, remove_unreferenced, store_of
+from ..narrow_tables import add_fixed, add_text, compact, narrow_table, print_whole
+from ..runtime.run_lock import OutputBusy, describe, run_lock
 
 SHOWN = 100  # rows of the table; the summary line counts them all
 

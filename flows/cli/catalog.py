@@ -1,4 +1,4 @@
-"""CLI commands ``catalog`` and ``refresh`` (registered on the main app by ``flows/cli.py``).
+"""CLI commands ``catalog`` and ``refresh`` (registered on the main app by ``flows/cli/__init__.py``).
 
 ``catalog`` prints what a release holds (subsets, hashes, rows, licenses, upstream media sources, revision)
 without fetching media; ``refresh`` compares that catalog with an output folder's last run and reruns only
@@ -14,10 +14,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..schemas.config import RECIPE_OPTIONS, ExecutionOptions
-from ..tasks.ops import estimate_fields
-from .cli_options import config_options, with_config_options, with_trainer
-from .narrow_tables import print_whole
+from ...schemas.config import RECIPE_OPTIONS, ExecutionOptions
+from ...tasks.ops import estimate_fields
+from ..narrow_tables import print_whole
+from .options import config_options, with_config_options, with_trainer
 
 __all__ = ["register"]
 
@@ -62,7 +62,7 @@ def _catalog(
     recipes: list[str] | None,
     batch: int,
 ) -> list[Any]:
-    from ..tasks.catalog import catalog_release, parse_storage_options, with_recipe_fingerprints
+    from ...tasks.catalog import catalog_release, parse_storage_options, with_recipe_fingerprints
 
     entries = catalog_release(
         release,
@@ -115,7 +115,7 @@ def register(app: typer.Typer) -> None:
         With --estimate: what a run will fetch, store and take, per subset (the run's options, as for run)."""
         given = with_config_options(options)
         if estimate:
-            from .cli_estimate import print_estimate, run_estimate
+            from .estimate import print_estimate, run_estimate
 
             result = run_estimate(
                 release=release,
@@ -204,7 +204,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Rerun only subsets whose README, license, JSONL or media recipe changed; unpublish removed ones.
         The reruns take the last run's options; the recipe options given here replace its."""
-        from ..tasks.catalog import parse_license_allow
+        from ...tasks.catalog import parse_license_allow
 
         if executor not in EXECUTOR_NAMES:
             raise typer.BadParameter(
@@ -214,7 +214,7 @@ def register(app: typer.Typer) -> None:
         given = with_config_options(options)
         storage_option, recipes = given.pop("storage_options", None), given.get("catalogs")
         if dry_run:  # the plan only: no Prefect, no Ray
-            from .ops import plan_release_refresh
+            from ..ops import plan_release_refresh
 
             entries = _catalog(release, None, storage_option, recipes, 2000)
             _print_plan(
@@ -245,12 +245,12 @@ def _apply(
     overrides: dict[str, Any],
 ) -> None:
     """Run the ``refresh_release`` flow: catalog, plan, unpublish, rerun the changed subsets, metadataset."""
-    from ..schemas.config import StorageOptions
-    from ..tasks.catalog import parse_storage_options
-    from .interrupt import cancels_flow_run, stops_cleanly
-    from .ops import refresh_release
-    from .run_lock import run_lock
-    from .runtime import embedded_runtime
+    from ...schemas.config import StorageOptions
+    from ...tasks.catalog import parse_storage_options
+    from ..ops import refresh_release
+    from ..runtime.embedded import embedded_runtime
+    from ..runtime.interrupt import cancels_flow_run, stops_cleanly
+    from ..runtime.run_lock import run_lock
 
     options = parse_storage_options(storage_option)
     with stops_cleanly("refresh"), run_lock(out), embedded_runtime(), cancels_flow_run():
@@ -265,7 +265,7 @@ def _apply(
         )
     _print_plan(release, out, result.plan)
     if result.summary is not None:
-        from .summary import print_summary
+        from ..summary import print_summary
 
         print_summary(result.summary)
     if result.failed:

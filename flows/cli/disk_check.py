@@ -11,9 +11,9 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..schemas.config import RunConfig
-from ..schemas.estimate_rows import TOTAL
-from .preflight import UsageError
+from ...schemas.config import RunConfig
+from ...schemas.estimate_rows import TOTAL
+from ...tasks.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def _local(url: str) -> bool:
 def disk_need(cfg: RunConfig, reserve: int = 0) -> DiskNeed | None:
     """The estimated bytes the run adds to its output's file system against what is free there; None when
     the output is not a local folder (nothing to measure)."""
-    from ..tasks.ops import EstimateOptions, estimate_release
+    from ...tasks.ops import EstimateOptions, estimate_release
 
     if not _local(cfg.out):
         return None

@@ -113,7 +113,7 @@ def hold_project_server() -> HeldServer:
         else:
             fresh = seed_from_template(home)
             port = free_port()
-            cmd = [sys.executable, "-m", "vlmforge.flows.server_keeper", str(home), str(port)]
+            cmd = [sys.executable, "-m", "vlmforge.flows.runtime.server_keeper", str(home), str(port)]
             with open(home / SERVER_LOG, "wb") as log:
                 # a process group of its own: the terminal's Ctrl-C reaches the run's driver only, which
                 # stops the run, then lets go of this server (it used to die first, leaving the run unable

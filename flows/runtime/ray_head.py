@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .runtime import QUIET_ENV, RAY_BOOTSTRAP, _free_port, ray_process_env, ray_token_path
+from .embedded import QUIET_ENV, RAY_BOOTSTRAP, _free_port, ray_process_env, ray_token_path
 
 
 @dataclass

@@ -14,7 +14,7 @@ import typer
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from ..schemas.config import RunConfig
+from ...schemas.config import RunConfig
 
 __all__ = ["ConfigOption", "config_options", "run_options", "with_config_options", "with_trainer"]
 
@@ -119,8 +119,8 @@ def with_trainer(ctx: typer.Context, trainer: str | None, options: dict[str, Any
     (or through an environment variable): an explicit flag overrides the trainer."""
     import difflib
 
-    from ..schemas.trainers import TRAINERS
-    from .preflight import UsageError
+    from ...schemas.trainers import TRAINERS
+    from ...tasks.errors import UsageError
 
     if trainer is None:
         return options

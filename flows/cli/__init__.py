@@ -17,12 +17,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..schemas.tables import TABLES
-from ..tasks.errors import ConfigError, VlmforgeError
-from .cli_options import config_options, with_config_options, with_trainer
-from .narrow_tables import print_whole
+from ...schemas.tables import TABLES
+from ...tasks.errors import ConfigError, VlmforgeError
+from ..narrow_tables import print_whole
+from ..runtime.embedded import apply_quiet_env
 from .one_line_errors import OneLineErrorsGroup
-from .runtime import apply_quiet_env
+from .options import config_options, with_config_options, with_trainer
 
 apply_quiet_env()
 
@@ -91,10 +91,11 @@ def run(
     """Catalog, parse, verify media, count tokens, gate and write Energon shards."""
     from pydantic import ValidationError
 
-    from ..schemas.config import RunConfig
-    from ..tasks.media import accepted_image_formats
+    from ...schemas.config import RunConfig
+    from ...tasks.errors import UsageError
+    from ...tasks.media import accepted_image_formats
     from .one_line_errors import usage_error_of
-    from .preflight import UsageError, preflight_run
+    from .preflight import preflight_run
 
     try:
         given = with_config_options(options) | {"release": release}
@@ -105,13 +106,13 @@ def run(
         accepted_image_formats(cfg.media.extra_image_formats)
     except ValueError as exc:  # an unknown format name
         raise UsageError(f"--accept-image-format: {exc}") from None
-    from .executors import runner_for
-    from .runtime import embedded_runtime
+    from ..runtime.embedded import embedded_runtime
+    from ..runtime.executors import runner_for
 
     # every mistake that can be found before Prefect and Ray start is found here (one line, exit 2)
     cfg = preflight_run(cfg, say=_note)
     if not no_disk_check:  # before anything is fetched: the estimated disk against the free space
-        from ..schemas.option_values import size_bytes
+        from ...schemas.option_values import size_bytes
         from .disk_check import check_disk
 
         try:
@@ -119,15 +120,15 @@ def run(
         except ValueError as exc:
             raise UsageError(f"--disk-reserve: {exc}") from None
         check_disk(cfg, reserve, say=_note)
-    from .progress import terminal_progress
-    from .summary import print_summary
+    from ..runtime.progress import terminal_progress
+    from ..summary import print_summary
 
     for name in ("prefect.flow_runs", "prefect.task_runs"):
         logging.getLogger(name).addFilter(_OwnErrorsWithoutTraceback())
-    from .interrupt import cancels_flow_run, stops_cleanly
+    from ..runtime.embedded import configured_api_url
+    from ..runtime.interrupt import cancels_flow_run, stops_cleanly
+    from ..runtime.run_lock import run_lock
     from .run_banner import prefect_line, ray_line
-    from .run_lock import run_lock
-    from .runtime import configured_api_url
 
     runner = runner_for(cfg)
     api_url = configured_api_url()  # None: the run starts a Prefect server of its own, gone when it ends
@@ -136,11 +137,11 @@ def run(
         _note(prefect_line(api_url))
         # The flow's imports and Ray's start run while the Prefect server boots.
         with embedded_runtime(runner, while_booting=_import_flow), terminal_progress():
-            from .pipeline import run_release
+            from ..pipeline import run_release
 
             with cancels_flow_run():
                 summary = run_release.with_options(task_runner=runner)(cfg)
-    from .progress_view import process_seconds
+    from ..runtime.progress_view import process_seconds
 
     flow_seconds, summary.seconds = summary.seconds, process_seconds()  # what the user waited, start-up too
     _record_outside(cfg, summary.run_id, summary.seconds - flow_seconds)
@@ -168,8 +169,8 @@ def run(
 def _record_outside(cfg: Any, run_id: str, seconds: float) -> None:
     """The run's time outside its flow (start-up, the summary), in its ``runs`` rows: the estimate's start-up
     (never fails the run: it is a measurement)."""
-    from ..tasks.ops import write_outside_time
-    from .executors import executor_cpus
+    from ...tasks.ops import write_outside_time
+    from ..runtime.executors import executor_cpus
 
     with contextlib.suppress(Exception):
         write_outside_time(cfg.out, run_id, seconds, executor_cpus(cfg.execution))
@@ -181,7 +182,7 @@ def _note(line: str) -> None:
 
 
 def _import_flow() -> None:
-    from . import pipeline  # noqa: F401 - imported while the services start
+    from .. import pipeline  # noqa: F401 - imported while the services start
 
 
 class _OwnErrorsWithoutTraceback(logging.Filter):
@@ -209,7 +210,7 @@ def query(
     ] = False,
 ) -> None:
     """Run DuckDB SQL over a run's manifests (list and struct columns as JSON in csv and table)."""
-    from ..tasks.ops import FORMAT_NAMES, render, run_query, text_rows
+    from ...tasks.ops import FORMAT_NAMES, render, run_query, text_rows
 
     if fmt not in FORMAT_NAMES:
         raise ConfigError(f"--format {fmt!r}: expected one of {', '.join(FORMAT_NAMES)}")
@@ -240,7 +241,7 @@ def sample_release(
 ) -> None:
     """Build the small sample release (real photos and a real video from scikit-image, plus bad input), or
     a release of v3's shape (see tasks/ops/sample_release/shaped.py)."""
-    from ..tasks.ops import build_sample_release, build_shaped_release
+    from ...tasks.ops import build_sample_release, build_shaped_release
 
     if shape == "v3":
         shaped = build_shaped_release(dest, rows, mix=mix, overwrite=overwrite)
@@ -256,20 +257,9 @@ def sample_release(
 
 def _register_commands() -> None:
     # One module per command family keeps this file about `run`; each adds its commands to `app`.
-    from . import (
-        cli_catalog,
-        cli_energon,
-        cli_quality,
-        cli_recipe,
-        cli_schedule,
-        cli_server,
-        cli_store,
-        cli_tokens,
-        cli_worker,
-    )
+    from . import catalog, energon, quality, recipe, schedule, server, store, tokens, worker
 
-    commands = (cli_catalog, cli_recipe, cli_tokens, cli_energon, cli_quality, cli_server, cli_worker)
-    for module in (*commands, cli_schedule, cli_store):
+    for module in (catalog, recipe, tokens, energon, quality, server, worker, schedule, store):
         module.register(app)
 
 
@@ -282,10 +272,6 @@ def main() -> None:
     except VlmforgeError as exc:
         if os.environ.get("VLMFORGE_DEBUG"):
             raise
-        # usage errors never get here: the app's group prints them as one line (flows/one_line_errors.py)
+        # usage errors never get here: the app's group prints them as one line (flows/cli/one_line_errors.py)
         err.print(f"[red]error:[/red] {exc}\n(set VLMFORGE_DEBUG=1 for the traceback)", soft_wrap=True)
         sys.exit(2)
-
-
-if __name__ == "__main__":
-    main()

@@ -8,7 +8,7 @@ runs the worker is executing (SIGTERM, their own Ray with them; batches in fligh
 leaves them and the next run resumes), marks them Cancelled in Prefect, stops the worker, prints one line and
 exits ``128 + signal`` (130 for Ctrl-C). SIGTERM does the same.
 
-Registered on the main app by ``flows/cli.py``.
+Registered on the main app by ``flows/cli/__init__.py``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def worker(
     """Run a Prefect worker for the pool until Ctrl-C, which cancels the flow runs it is executing."""
     from rich.console import Console
 
-    from .runtime import apply_quiet_env
+    from ..runtime.embedded import apply_quiet_env
 
     apply_quiet_env()
     cmd = [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool]
@@ -82,7 +82,7 @@ def stop_flow_runs(worker_pid: int, timeout_s: float = 60.0) -> list[str]:
     ``timeout_s``), then mark their flow runs Cancelled; returns their ids."""
     import psutil
 
-    from .interrupt import mark_cancelled
+    from ..runtime.interrupt import mark_cancelled
 
     runs: dict[str, psutil.Process] = {}
     for child in psutil.Process(worker_pid).children(recursive=True):

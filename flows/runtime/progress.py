@@ -1,12 +1,12 @@
-"""The run's progress reports: the flow calls these, a view (``flows/progress_view.py``) shows them.
+"""The run's progress reports: the flow calls these, a view (``flows/runtime/progress_view.py``) shows them.
 
 The flow declares the subsets and stage totals and reports each unit done; ``vlmforge run`` shows them live
 on a terminal or as plain lines when its stderr is piped (:func:`terminal_progress`). Without an active view
 (a deployment run by a worker, tests, a flow called from Python) every call only counts, so the flow never
 depends on a terminal. Prefect's own logs and the UI stay the record; this is for the person watching.
 
-The same calls are the run's stage events for the test-only hooks of :mod:`flows.faults` (exact kill and
-watch points); without those hooks set, that costs one boolean test per call.
+The same calls are the run's stage events for the test-only hooks of :mod:`flows.runtime.faults` (exact kill
+and watch points); without those hooks set, that costs one boolean test per call.
 """
 
 from __future__ import annotations

@@ -13,10 +13,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ..tasks.errors import ConfigError
-from ..tasks.gate import SUITES, RunQuality, load_run, quality_rows
-from ..tasks.manifests import OutputLayout
-from .narrow_tables import add_fixed, add_text, narrow_table
+from ...tasks.errors import ConfigError
+from ...tasks.gate import SUITES, RunQuality, load_run, quality_rows
+from ...tasks.manifests import OutputLayout
+from ..narrow_tables import add_fixed, add_text, narrow_table
 
 QUALITY_EXAMPLES = """
 Examples:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from ..schemas.config import ExecutionOptions
+from ...schemas.config import ExecutionOptions
 
 
 def ray_line(execution: ExecutionOptions) -> str:
@@ -36,7 +36,7 @@ def prefect_line(api_url: str | None) -> str:
     the run starts when none serves the project's Prefect home)."""
     if api_url:
         return f"Prefect: reporting to {api_url}"
-    from .prefect_home import prefect_home, recorded_server
+    from ..runtime.prefect_home import prefect_home, recorded_server
 
     home = prefect_home()
     serving = recorded_server(home)
@@ -52,11 +52,11 @@ def after_run_lines(out: str, run_id: str, api_url: str | None) -> list[str]:
     """Where to see the run once it has ended: its Data Docs (over http when a ``vlmforge server --docs``
     serves them) and, after a run whose Prefect server stopped with it, where its records are and how to
     browse them."""
-    from .docs_link import docs_line
+    from ..docs_link import docs_line
 
     lines = [line] if (line := docs_line(out, run_id, api_url)) else []
     if not api_url:
-        from .prefect_home import prefect_home, recorded_server
+        from ..runtime.prefect_home import prefect_home, recorded_server
 
         home = prefect_home()
         serving = recorded_server(home)
@@ -71,7 +71,7 @@ def after_run_lines(out: str, run_id: str, api_url: str | None) -> list[str]:
 
 def _from_where(home: object) -> str:
     """Where ``vlmforge server`` finds ``home`` again: the same folder, or the variable that named it."""
-    from .prefect_home import HOME_ENV
+    from ..runtime.prefect_home import HOME_ENV
 
     for name in ("PREFECT_HOME", HOME_ENV):
         if os.environ.get(name):

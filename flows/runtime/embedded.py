@@ -224,8 +224,9 @@ def _require_local_only_ray() -> None:
 
     if ray_constants.ENABLE_RAY_CLUSTER:
         raise RuntimeError(
-            "Ray was imported before vlmforge.flows.runtime set RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, so a "
-            "local Ray would listen on every interface; import vlmforge first (or set it in the environment)"
+            "Ray was imported before vlmforge.flows.runtime.embedded set "
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, so a local Ray would listen on every interface; import "
+            "vlmforge first (or set it in the environment)"
         )
 
 

@@ -1,7 +1,7 @@
 """``vlmforge mix`` and ``vlmforge validate``: training mixes over a run's Energon datasets, and their check.
 
-Registered on the main app by ``flows/cli.py`` (``cli_energon.register(app)``). Heavy imports (DuckDB,
-megatron-energon, torch) stay inside the commands.
+Registered on the main app by ``flows/cli/__init__.py`` (``energon.register(app)``). Heavy imports
+(DuckDB, megatron-energon, torch) stay inside the commands.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def mix(
     ] = 512,
 ) -> None:
     """Write a MetadatasetV2 training blend over the published subsets and print its shares."""
-    from ..tasks.ops import format_mix, parse_count, write_mix
+    from ...tasks.ops import format_mix, parse_count, write_mix
 
     allow = [item.strip() for raw in license_allow or [] for item in raw.split(",") if item.strip()]
     plan = write_mix(
@@ -90,7 +90,7 @@ def validate(
     """Load every dataset back through megatron-energon and the cooker; compare with the manifests.
 
     Exits 1 with a report naming each mismatch."""
-    from ..tasks.publish import format_reports, validate_output
+    from ...tasks.publish import format_reports, validate_output
 
     reports = validate_output(
         out, subset or None, sample_limit=sample, num_workers=workers, checksums=checksums

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..schemas.config import ExecutionOptions, RunConfig
+from ...schemas.config import ExecutionOptions, RunConfig
 
 LOOPBACK = "127.0.0.1"
 
@@ -30,7 +30,7 @@ def attach_driver(address: str, init_kwargs: dict[str, Any]) -> bool:
     Running. The runner then finds Ray initialised and uses it. False when Ray was initialised already."""
     import ray
 
-    from .preflight import UsageError
+    from ...tasks.errors import UsageError
 
     if ray.is_initialized():
         return False

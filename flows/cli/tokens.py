@@ -1,4 +1,4 @@
-"""CLI commands ``tokens``, ``plan`` and ``stats`` (registered on the main app by ``flows/cli.py``).
+"""CLI commands ``tokens``, ``plan`` and ``stats`` (registered on the main app by ``flows/cli/__init__.py``).
 
 ``tokens`` answers "what will these cost?" from sizes alone, with the same code the pipeline counts with;
 ``plan`` packs a run's ok samples into sequences; ``stats`` prints per-subset numbers and writes an HTML
@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from ..schemas.presets import ModelPreset
-    from ..tasks.ops import PlanResult, StatsReport
+    from ...schemas.presets import ModelPreset
+    from ...tasks.ops import PlanResult, StatsReport
 
 __all__ = ["parse_image_size", "parse_video", "register"]
 
@@ -81,7 +81,7 @@ def _emit_json(doc: Any) -> None:
 def _image_rows(
     preset: ModelPreset, images: list[tuple[int, int]], max_pixels: int | None, min_pixels: int | None
 ) -> list[dict[str, Any]]:
-    from ..tasks.geometry import image_tokens
+    from ...tasks.geometry import image_tokens
 
     rows = []
     for w, h in images:
@@ -100,7 +100,7 @@ def _video_rows(
     max_num_frames: int | None,
     frames_mode: str,
 ) -> list[dict[str, Any]]:
-    from ..tasks.geometry import sample_video_frames, video_tokens
+    from ...tasks.geometry import sample_video_frames, video_tokens
 
     rows = []
     for w, h, frames, fps in videos:
@@ -118,7 +118,7 @@ def _video_rows(
 
 
 def _print_token_rows(preset: ModelPreset, rows: list[dict[str, Any]], total: int) -> None:
-    from ..tasks.geometry import family_of
+    from ...tasks.geometry import family_of
 
     shows_tiles = family_of(preset).reports_tiles
     t = Table(title=f"visual tokens for {preset.name} (one sample)")
@@ -245,7 +245,7 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     ) -> None:
         """Visual tokens of images and videos of given sizes, as one sample of MODEL (no files needed)."""
-        from ..tasks.geometry import load_preset
+        from ...tasks.geometry import load_preset
 
         if frames_mode not in ("uniform", "truncate"):
             raise typer.BadParameter(f"--frames-mode must be uniform or truncate, got {frames_mode!r}")
@@ -295,7 +295,7 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     ) -> None:
         """Pack the ok samples first-fit-decreasing into SEQ_LEN sequences; write the plan manifest."""
-        from ..tasks.ops import build_plan
+        from ...tasks.ops import build_plan
 
         if seq_len <= 0 or pad_multiple <= 0:
             raise typer.BadParameter("--seq-len and --pad-multiple must be > 0")
@@ -343,7 +343,7 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     ) -> None:
         """Per-subset samples, media and token statistics, plus a self-contained HTML report with plots."""
-        from ..tasks.ops import write_stats_report
+        from ...tasks.ops import write_stats_report
 
         report = write_stats_report(out, html, subset)
         if as_json:

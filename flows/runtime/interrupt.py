@@ -1,8 +1,8 @@
 """Ctrl-C and SIGTERM stop a run cleanly: the flow run is marked Cancelled, one line says how to resume.
 
-The services a run starts do not take the terminal's signal: the embedded Prefect server runs in a session
-of its own (:func:`flows.runtime.spawn_prefect_server`) and Ray's processes block SIGINT (Ray starts them
-so). Only the driver sees it. Before, Ctrl-C killed the Prefect server while the driver went on: every
+The services a run starts do not take the terminal's signal: the embedded Prefect server runs in a session of
+its own (:func:`flows.runtime.embedded.spawn_prefect_server`) and Ray's processes block SIGINT (Ray starts
+them so). Only the driver sees it. Before, Ctrl-C killed the Prefect server while the driver went on: every
 batch was still committed, then minutes of ``Error logging to API`` and a flow run Running forever.
 
 Now the first SIGINT or SIGTERM raises :class:`RunInterrupted` in the driver's main thread, wherever it

@@ -1,4 +1,4 @@
-"""``vlmforge recipe ...``: draft, check and list media recipes (registered by ``flows/cli.py``)."""
+"""``vlmforge recipe ...``: draft, check and list media recipes (registered by ``flows/cli/__init__.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .cli_options import config_options, with_config_options
+from .options import config_options, with_config_options
 
 RECIPE_EXAMPLES = """
 Examples:
@@ -35,9 +35,9 @@ def init(
     force: Annotated[bool, typer.Option(help="overwrite an existing file")] = False,
 ) -> None:
     """Draft SUBSET's recipe from its README's URLs (status: draft, for a person to review)."""
-    from ..tasks.catalog import draft_recipe
-    from ..tasks.errors import OutputError
-    from ..tasks.storage import atomic_write_text
+    from ...tasks.catalog import draft_recipe
+    from ...tasks.errors import OutputError
+    from ...tasks.storage import atomic_write_text
 
     draft = draft_recipe(release, subset)
     if out is None:
@@ -51,7 +51,7 @@ def init(
 
 def _needs(recipe: object, allow: list[str] | None) -> str:
     """What the recipe's variables need here: allowed and set, or why not."""
-    from ..tasks.fetch import recipe_variables, variable_problems
+    from ...tasks.fetch import recipe_variables, variable_problems
 
     names = recipe_variables(recipe)  # type: ignore[arg-type]
     if not names:
@@ -67,7 +67,7 @@ def _needs(recipe: object, allow: list[str] | None) -> str:
 def check(paths: Annotated[list[Path], typer.Argument(help="recipe files")], **options: Any) -> None:
     """Validate recipe files; each error names the file, the field path and the value. Says which
     environment variables a recipe reads and whether --env-allow and the environment let it."""
-    from ..tasks.catalog import load_recipe
+    from ...tasks.catalog import load_recipe
 
     allow = with_config_options(options).get("env_allow")
     for p in paths:
@@ -86,7 +86,7 @@ def list_recipes(
 ) -> None:
     """The recipes vlmforge would use, per subset (the first of --recipes, then the shipped ones), with
     their license and sources, and the environment variables they read."""
-    from ..tasks.catalog import builtin_catalog_dir, load_recipe
+    from ...tasks.catalog import builtin_catalog_dir, load_recipe
 
     given = with_config_options(options)
     folders = [*(Path(f) for f in given.get("catalogs") or ()), *(catalog or ())]

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .preflight import UsageError
+from ...tasks.errors import UsageError
 
 LOCK_NAME = ".vlmforge-run.lock"
 

@@ -1,9 +1,11 @@
 """``vlmforge server``: the Prefect UI and API on 127.0.0.1 (``prefect server start``), telemetry off, and
-with ``--docs OUT`` the Data Docs of the runs in OUT over http (``flows/docs_server.py``) on the next port.
+with ``--docs OUT`` the Data Docs of the runs in OUT over http (``flows/runtime/docs_server.py``) on the next
+port.
 
-Registered on the main app by ``flows/cli.py`` (``cli_server.register(app)``). With ``--ray`` it also starts a
-local Ray head (loopback, token authentication, no dashboard) that deployments reach through ``RAY_ADDRESS``
-with Ray's token (``~/.ray/auth_token`` unless ``RAY_AUTH_TOKEN``/``RAY_AUTH_TOKEN_PATH`` say otherwise).
+Registered on the main app by ``flows/cli/__init__.py`` (``server.register(app)``). With ``--ray`` it also
+starts a local Ray head (loopback, token authentication, no dashboard) that deployments reach through
+``RAY_ADDRESS`` with Ray's token (``~/.ray/auth_token`` unless ``RAY_AUTH_TOKEN``/``RAY_AUTH_TOKEN_PATH`` say
+otherwise).
 """
 
 from __future__ import annotations
@@ -48,9 +50,9 @@ def server_command(port: int) -> list[str]:
 def server_env() -> dict[str, str]:
     """This environment with Prefect's and Ray's telemetry off (always, whatever the caller set), its
     database in the project's Prefect home (:mod:`.prefect_home`)."""
-    from .prefect_home import prefect_home
-    from .prefect_home import server_env as home_env
-    from .runtime import QUIET_ENV
+    from ..runtime.embedded import QUIET_ENV
+    from ..runtime.prefect_home import prefect_home
+    from ..runtime.prefect_home import server_env as home_env
 
     env = home_env(prefect_home()) | QUIET_ENV
     env["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
@@ -77,7 +79,7 @@ def server(
     """Start the Prefect UI and API (with --docs the runs' Data Docs too) on 127.0.0.1 until Ctrl-C."""
     from rich.console import Console
 
-    from .prefect_home import (
+    from ..runtime.prefect_home import (
         ServerRecord,
         forget_server,
         home_lock,
@@ -86,7 +88,7 @@ def server(
         recorded_server,
         seed_from_template,
     )
-    from .server_keeper import die_with_parent
+    from ..runtime.server_keeper import die_with_parent
 
     console = Console(stderr=True)
     if docs and _added_to_running(docs, port, docs_port, console):
@@ -94,8 +96,8 @@ def server(
     docs_server = _start_docs(docs or [], port, docs_port, console)
     head = None
     if ray:
-        from .ray_head import start_ray_head
-        from .runtime import ray_token_path
+        from ..runtime.embedded import ray_token_path
+        from ..runtime.ray_head import start_ray_head
 
         token = ray_token_path()  # the head runs with RAY_AUTH_MODE=token (QUIET_ENV): it needs the token
         head = start_ray_head(num_cpus=num_cpus, env={"PREFECT_API_URL": f"http://127.0.0.1:{port}/api"})
@@ -151,8 +153,8 @@ def server(
 
 def _added_to_running(outs: list[str], port: int, docs_port: int | None, console: Any) -> bool:
     """Whether a ``vlmforge server --docs`` already serves the docs port: then ``outs`` are added to it."""
-    from .docs_link import docs_port_for
-    from .docs_server import LOOPBACK, add_to_running
+    from ..docs_link import docs_port_for
+    from ..runtime.docs_server import LOOPBACK, add_to_running
 
     base = f"http://{LOOPBACK}:{docs_port if docs_port is not None else docs_port_for(port)}"
     _check_local(outs)
@@ -174,7 +176,7 @@ def _added_to_running(outs: list[str], port: int, docs_port: int | None, console
 
 
 def _check_local(outs: list[str]) -> None:
-    from .preflight import UsageError
+    from ...tasks.errors import UsageError
 
     for out in outs:
         if "://" in out:
@@ -185,9 +187,9 @@ def _check_local(outs: list[str]) -> None:
 
 def _start_docs(outs: list[str], port: int, docs_port: int | None, console: Any) -> Any:
     """The Data Docs server of ``outs`` (local folders), started; None without ``--docs``."""
-    from .docs_link import DOCS_URL_ENV, docs_port_for
-    from .docs_server import DocsServer, mount_names
-    from .preflight import UsageError
+    from ...tasks.errors import UsageError
+    from ..docs_link import DOCS_URL_ENV, docs_port_for
+    from ..runtime.docs_server import DocsServer, mount_names
 
     if not outs:
         return None
@@ -212,7 +214,7 @@ def _keep_template_once_healthy(port: int, proc: subprocess.Popen[bytes], home: 
     import time
     import urllib.request
 
-    from .prefect_home import save_template
+    from ..runtime.prefect_home import save_template
 
     while proc.poll() is None:
         try:

@@ -16,20 +16,13 @@ import difflib
 from collections.abc import Callable
 from pathlib import Path
 
-from ..schemas.config import RunConfig
-from ..tasks.errors import ConfigError
+from ...schemas.config import RunConfig
+from ...tasks.errors import ConfigError, UsageError
 
 EXIT_USAGE = 2
 OVERRIDES_HINT = (
     'the form: {"subsets": {"<subset or pattern>": {"<parameter>": <number>}}} (expectations/overrides.json)'
 )
-
-
-class UsageError(ConfigError):
-    """A mistake on the command line, found before start-up: one line, with a hint (exit 2)."""
-
-    def __init__(self, problem: str, hint: str | None = None) -> None:
-        super().__init__(f"{problem}; {hint}" if hint else problem)
 
 
 def preflight_run(cfg: RunConfig, say: Callable[[str], None] = lambda _: None) -> RunConfig:
@@ -47,8 +40,8 @@ def preflight_run(cfg: RunConfig, say: Callable[[str], None] = lambda _: None) -
 
 def resolve_model(name: str) -> str:
     """The preset for a model name as typed (a preset, a hub repository, a family with dashes)."""
-    from ..schemas.model_names import closest_presets, preset_for
-    from ..schemas.presets import list_presets
+    from ...schemas.model_names import closest_presets, preset_for
+    from ...schemas.presets import list_presets
 
     known = list_presets()
     preset = preset_for(name, known)
@@ -60,7 +53,7 @@ def resolve_model(name: str) -> str:
 
 
 def _model(cfg: RunConfig, say: Callable[[str], None]) -> RunConfig:
-    from ..tasks.geometry import load_preset
+    from ...tasks.geometry import load_preset
 
     preset = resolve_model(cfg.tokens.model)
     if preset != cfg.tokens.model:
@@ -90,8 +83,8 @@ def _release(cfg: RunConfig) -> None:
         return  # listed by the catalog (credentials, network) or staged from another layout first
     from fsspec.implementations.local import LocalFileSystem
 
-    from ..tasks.catalog import list_subset_names, wanted_subsets
-    from ..tasks.errors import ReleaseError
+    from ...tasks.catalog import list_subset_names, wanted_subsets
+    from ...tasks.errors import ReleaseError
 
     root = Path(release)
     if not root.exists():
@@ -132,7 +125,7 @@ def _overlaps(cfg: RunConfig) -> None:
 
 
 def _recipes(cfg: RunConfig) -> None:
-    from ..tasks.catalog import RecipeError, load_recipe
+    from ...tasks.catalog import RecipeError, load_recipe
 
     for folder in cfg.media.catalogs:
         path = Path(folder)
@@ -146,7 +139,7 @@ def _recipes(cfg: RunConfig) -> None:
 
 
 def _gate_overrides(cfg: RunConfig) -> None:
-    from ..tasks.gate import load_overrides
+    from ...tasks.gate import load_overrides
 
     if cfg.gate.gate_overrides is None:
         return

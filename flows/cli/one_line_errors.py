@@ -17,14 +17,15 @@ from pydantic import ValidationError
 from rich.console import Console
 from typer.core import TyperGroup
 
-from .preflight import EXIT_USAGE, UsageError
+from ...tasks.errors import UsageError
+from .preflight import EXIT_USAGE
 
 _err = Console(stderr=True)
 
 
 def usage_error_of(exc: ValidationError, command: str = "vlmforge run") -> UsageError:
     """A run config's validation errors as one :class:`UsageError` naming each flag and the value given."""
-    from .cli_options import run_options
+    from .options import run_options
 
     flags = {o.name: o.flag for o in run_options()}
     problems = []

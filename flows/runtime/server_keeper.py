@@ -1,9 +1,9 @@
 """A run's Prefect server, kept alive exactly as long as some process uses it.
 
-``python -m vlmforge.flows.server_keeper HOME PORT`` runs ``prefect server start`` on 127.0.0.1:PORT with
-its database in HOME, and watches HOME's holders (:func:`flows.prefect_home.live_holders`): the run that
-started it, and every run of the same project that found it recorded and reported to it. When the last
-holder has ended, however it ended (its own exit, a second Ctrl-C, SIGKILL), the keeper stops the server
+``python -m vlmforge.flows.runtime.server_keeper HOME PORT`` runs ``prefect server start`` on 127.0.0.1:PORT
+with its database in HOME, and watches HOME's holders (:func:`flows.runtime.prefect_home.live_holders`): the
+run that started it, and every run of the same project that found it recorded and reported to it. When the
+last holder has ended, however it ended (its own exit, a second Ctrl-C, SIGKILL), the keeper stops the server
 and exits. A run's server used to be a plain child in a session of its own: a driver that died without
 stopping it left it serving for as long as the machine ran.
 

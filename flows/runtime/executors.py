@@ -17,10 +17,10 @@ from typing import Any
 
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
-from ..schemas.config import ExecutionOptions, RunConfig
+from ...schemas.config import ExecutionOptions, RunConfig
 from . import progress
+from .embedded import LoopbackRayTaskRunner
 from .ray_attach import attach_kwargs
-from .runtime import LoopbackRayTaskRunner
 
 __all__ = ["EXECUTORS", "LocalTaskRunner", "executor_cpus", "runner_for", "task_runner_for"]
 

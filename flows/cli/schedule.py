@@ -5,7 +5,7 @@ schedule resume`` takes a deployment *and* a schedule id, or ``--all`` for every
 (naming a deployment with ``--all`` is refused); this command takes the deployment alone, as the docs say
 to. It talks to the Prefect server of ``PREFECT_API_URL`` (where the deployments were registered).
 
-Registered on the main app by ``flows/cli.py``.
+Registered on the main app by ``flows/cli/__init__.py``.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ def _set_active(name: str, *, active: bool) -> None:
     from prefect.client.orchestration import get_client
     from prefect.exceptions import ObjectNotFound
 
-    from .preflight import UsageError
-    from .runtime import configured_api_url
+    from ...tasks.errors import UsageError
+    from ..runtime.embedded import configured_api_url
 
     if not configured_api_url():
         raise UsageError(

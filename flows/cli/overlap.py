@@ -18,7 +18,7 @@ import os
 import posixpath
 from dataclasses import dataclass
 
-from ..schemas.config import RunConfig
+from ...schemas.config import RunConfig
 
 STORE_IN_OUT = "store"  # the one folder of OUT the store may be (the default: OUT/store)
 

@@ -1,0 +1,5 @@
+"""``python -m vlmforge.flows.cli``: the ``vlmforge`` console script."""
+
+from . import main
+
+main()
