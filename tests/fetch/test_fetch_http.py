@@ -249,7 +249,10 @@ def test_stream_resumes_after_a_cut(srv: HttpFixture) -> None:
 
 
 def test_user_agent_names_the_tool(srv: HttpFixture) -> None:
-    assert "vlmforge" in HttpOptions().user_agent
+    srv.add("/ua.bin", b"x" * 64)
+    HttpClient(HttpOptions(retries=0)).get(srv.url("/ua.bin"))
+    (seen,) = srv.requests("/ua.bin")
+    assert seen.user_agent is not None and seen.user_agent.startswith("vlmforge/"), seen.user_agent
 
 
 def test_http_4xx_class_for_forbidden(srv: HttpFixture) -> None:
