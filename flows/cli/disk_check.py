@@ -82,4 +82,5 @@ def check_disk(cfg: RunConfig, reserve: int, say: Callable[[str], None]) -> None
 
 
 def _gb(n: int) -> str:
-    return f"{n / 1e9:,.2f} GB"
+    """GB, or MB below one (a small run needs a few MB: "0.00 GB" would say nothing)."""
+    return f"{n / 1e9:,.2f} GB" if n >= 1e9 else f"{n / 1e6:,.1f} MB"
