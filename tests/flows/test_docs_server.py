@@ -186,6 +186,7 @@ def test_a_runs_last_lines_point_where_it_can_be_seen_afterwards(
     assert "it stops with the run; the run's records stay there" in prefect_line(None)
 
 
+@pytest.mark.slow  # two `vlmforge server` processes: 15 s of the inner loop
 def test_a_second_server_docs_adds_its_folder_to_the_running_server(
     server: tuple[str, int], tmp_path: Path
 ) -> None:
