@@ -13,15 +13,12 @@ committed before the interrupt are kept, not redone, and it publishes.
 from __future__ import annotations
 
 import datetime as dt
-import fcntl
 import json
 import os
-import pty
 import re
 import signal
 import subprocess
 import sys
-import termios
 import threading
 import time
 import urllib.request
@@ -29,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reliability.stage_events import StageEvents
+from on_terminal import Terminal, on_terminal
 
 from vlmforge.flows.runtime.embedded import configured_api_url
 
@@ -57,10 +54,6 @@ def _flow_runs_since(t0: float) -> list[dict[str, Any]]:
     )
 
 
-def _take_terminal() -> None:  # in the child, after setsid: the pty on fd 0 becomes its controlling tty
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-
 def _committed_parts(out: Path) -> dict[str, int]:
     return {
         str(p.relative_to(out)): p.stat().st_mtime_ns
@@ -76,53 +69,21 @@ def test_ctrl_c_cancels_the_run_and_the_next_run_resumes(
     cmd = [sys.executable, "-m", "vlmforge.flows.cli", "run", str(sample_release), "--out", str(out)]
     cmd += ["--batch-lines", "2"]  # many batches: the interrupt lands with work left
     env = os.environ.copy() | {"PREFECT_API_URL": str(configured_api_url()), "PYTHONUNBUFFERED": "1"}
-    master, slave = pty.openpty()
     typed = threading.Event()
-    running: list[subprocess.Popen[bytes]] = []
 
-    def ctrl_c(event: str) -> None:  # the run is paused at its first committed batch
+    def ctrl_c(term: Terminal, event: str) -> None:  # the run is paused at its first committed batch
         if event == "batches:1" and not typed.is_set():
             typed.set()
             if how == "Ctrl-C":
-                os.write(master, b"\x03")  # the terminal signals its foreground group
+                term.type(b"\x03")
             else:
-                os.kill(running[0].pid, signal.SIGTERM)  # what a supervisor or `kill` sends
-
-    screen = bytearray()
-
-    def read_screen() -> None:
-        while True:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # the child closed the terminal
-                return
-            if not chunk:
-                return
-            screen.extend(chunk)
+                os.kill(term.pid, signal.SIGTERM)  # what a supervisor or `kill` sends
 
     t0 = time.time()
-    with StageEvents(ctrl_c) as events:
-        proc = subprocess.Popen(
-            cmd,
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            env=env | events.env,
-            start_new_session=True,
-            preexec_fn=_take_terminal,
-        )
-        running.append(proc)
-        os.close(slave)
-        reader = threading.Thread(target=read_screen, daemon=True)
-        reader.start()
-        try:
-            rc = proc.wait(timeout=RUN_TIMEOUT_S)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, 9)
-        reader.join(timeout=30)
-        os.close(master)
-    text = screen.decode(errors="replace")
+    with on_terminal(cmd, env, ctrl_c) as term:
+        rc = term.wait(RUN_TIMEOUT_S)
+    text, events = term.text, term.events
+    assert events is not None
     assert typed.is_set(), f"the run never committed a batch:\n{text[-4000:]}"
     assert events.errors == []
     assert rc == (130 if how == "Ctrl-C" else 143), f"exit {rc}:\n{text[-4000:]}"

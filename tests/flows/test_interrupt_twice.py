@@ -10,27 +10,18 @@ database afterwards (its server is gone too), is Cancelled or Crashed.
 
 from __future__ import annotations
 
-import fcntl
 import os
-import pty
 import sqlite3
-import subprocess
 import sys
-import termios
-import threading
 from pathlib import Path
 
 import psutil
 import pytest
-from reliability.stage_events import StageEvents
+from on_terminal import Terminal, on_terminal
 
 pytestmark = pytest.mark.slow
 RUN_TIMEOUT_S = 900.0
 STOPPING = b"Ctrl-C again stops it at once"
-
-
-def _take_terminal() -> None:  # in the child, after setsid: the pty on fd 0 becomes its controlling tty
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
 def _tree(pid: int) -> list[psutil.Process]:
@@ -71,74 +62,40 @@ def test_ctrl_c_twice_leaves_no_process_and_no_run_running(
         "XDG_CACHE_HOME": str(tmp_path_factory.getbasetemp() / "prefect-template-cache"),
         "PYTHONUNBUFFERED": "1",
     }
-    master, slave = pty.openpty()
-    screen = bytearray()
-    stopping = threading.Event()
     pressed: list[int] = []
     seen: dict[int, psutil.Process] = {}
     commands: dict[int, str] = {}
 
-    def snapshot() -> None:
-        for p in _tree(running[0].pid):
+    def snapshot(pid: int) -> None:
+        for p in _tree(pid):
             try:
                 commands[p.pid] = " ".join(p.cmdline())
             except psutil.Error:
                 continue
             seen[p.pid] = p
 
-    running: list[subprocess.Popen[bytes]] = []
-
-    def read_screen() -> None:
-        while True:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # the child closed the terminal
-                return
-            if not chunk:
-                return
-            screen.extend(chunk)
-            if STOPPING in screen:
-                stopping.set()
-
-    def ctrl_c_twice(event: str) -> None:  # the run is paused at its first committed batch
+    def ctrl_c_twice(term: Terminal, event: str) -> None:  # the run is paused at its first committed batch
         if event != "batches:1" or pressed:
             return
-        snapshot()
-        os.write(master, b"\x03")
+        snapshot(term.pid)
+        term.type(b"\x03")
         pressed.append(1)
-        assert stopping.wait(120), "the run never said it was stopping"
-        snapshot()
-        os.write(master, b"\x03")
+        assert term.wait_for(STOPPING, 120), "the run never said it was stopping"
+        snapshot(term.pid)
+        term.type(b"\x03")
         pressed.append(2)
 
-    with StageEvents(ctrl_c_twice) as events:
-        proc = subprocess.Popen(
-            cmd,
-            cwd=project,
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            env=env | events.env,
-            start_new_session=True,
-            preexec_fn=_take_terminal,
-        )
-        running.append(proc)
-        os.close(slave)
-        reader = threading.Thread(target=read_screen, daemon=True)
-        reader.start()
+    with on_terminal(cmd, env, ctrl_c_twice, cwd=project) as term:
         try:
-            rc = proc.wait(timeout=RUN_TIMEOUT_S)
+            rc = term.wait(RUN_TIMEOUT_S)
             left = [p for p in seen.values() if p.is_running()]
             _, alive = psutil.wait_procs(left, timeout=10)  # returns as soon as they are all gone
         finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, 9)
             for p in [*seen.values()]:
                 if p.is_running():
                     p.kill()
-        reader.join(timeout=30)
-        os.close(master)
-    text = screen.decode(errors="replace")
+    text, events = term.text, term.events
+    assert events is not None
     assert pressed == [1, 2], f"Ctrl-C pressed {len(pressed)} time(s):\n{text[-4000:]}"
     assert events.errors == []
     assert rc == 130, f"exit {rc}:\n{text[-4000:]}"

@@ -1,8 +1,9 @@
 """Mistakes on the command line are found before start-up: one line with a hint, exit 2, no traceback
 (issue 33).
 
-Each case runs the real ``vlmforge run`` and checks that it ends before the run says which Ray it uses (its
-first line once the checks pass), so neither Prefect nor Ray was started.
+Each case runs ``vlmforge run``'s console entry (in the test process; one case as its own process) and checks
+that it ends before the run says which Ray it uses (its first line once the checks pass), so neither Prefect
+nor Ray was started.
 """
 
 from __future__ import annotations
@@ -14,13 +15,18 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_in_process import Ran, vlmforge_in_process
 
 from vlmforge.flows.cli.preflight import OVERRIDES_HINT, resolve_model
 from vlmforge.schemas.model_names import preset_for
 from vlmforge.schemas.presets import list_presets
 
 
-def vlmforge(*args: str) -> subprocess.CompletedProcess[str]:
+def vlmforge(*args: str) -> Ran:
+    return vlmforge_in_process(*args)
+
+
+def vlmforge_process(*args: str) -> subprocess.CompletedProcess[str]:
     env = os.environ.copy() | {"COLUMNS": "80"}
     env.pop("PREFECT_API_URL", None)  # a run that got past the checks would start its own services
     return subprocess.run(
@@ -32,7 +38,7 @@ def vlmforge(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+def one_error_line(done: Ran | subprocess.CompletedProcess[str]) -> str:
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert done.returncode == 2, f"exit {done.returncode}: {lines}"
     assert "Traceback" not in done.stderr and not any(line.startswith("Ray:") for line in lines), lines
@@ -172,14 +178,16 @@ def test_bad_option_values_are_one_line(
 
 
 def test_bad_values_end_the_real_cli_in_one_line(release: Path, tmp_path: Path) -> None:
-    line = one_error_line(vlmforge("run", str(release), "--out", str(tmp_path), "--trainer", "llama"))
+    line = one_error_line(vlmforge_process("run", str(release), "--out", str(tmp_path), "--trainer", "llama"))
     assert line.startswith("error: --trainer llama: unknown trainer") and "README" in line
-    line = one_error_line(vlmforge("run", str(release), "--out", str(tmp_path), "--max-pixels", "abc"))
+    line = one_error_line(
+        vlmforge_process("run", str(release), "--out", str(tmp_path), "--max-pixels", "abc")
+    )
     assert line == (
         "error: --max-pixels: input should be a valid integer, unable to parse string as an integer; "
         "see `vlmforge run --help`"
     )
-    line = one_error_line(vlmforge("run", "--out", str(tmp_path)))
+    line = one_error_line(vlmforge_process("run", "--out", str(tmp_path)))
     assert line == "error: Missing argument 'release'; see `vlmforge run --help`"
 
 

@@ -3,14 +3,11 @@ other file, no ``COPY ... TO``, no ``ATTACH``, no extension install or load, and
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cli_in_process import Ran, vlmforge_in_process
 
-from vlmforge.flows.cli import main
 from vlmforge.schemas.tables import SAMPLES, empty_row
 from vlmforge.tasks.manifests import OutputLayout, write_part
 
@@ -28,37 +25,11 @@ def out(tmp_path: Path) -> Path:
     return tmp_path / "out"
 
 
-@dataclass(frozen=True)
-class Ran:
-    returncode: int
-    stdout: str
-    stderr: str
+def query(out: Path, sql: str, *flags: str) -> Ran:
+    return vlmforge_in_process("query", str(out), sql, "--format", "csv", *flags)
 
 
-Query = Callable[..., Ran]
-
-
-@pytest.fixture
-def query(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Query:
-    """``vlmforge query`` as its console script runs it (``main``: one ``error:`` line, exit 2), in this
-    process: a subprocess per call cost 3 s of start-up, 32 s of the inner loop for this module."""
-
-    def run(out: Path, sql: str, *flags: str) -> Ran:
-        argv = ["vlmforge", "query", str(out), sql, "--format", "csv", *flags]
-        monkeypatch.setattr(sys, "argv", argv)
-        capsys.readouterr()
-        try:
-            main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        captured = capsys.readouterr()
-        return Ran(code, captured.out, captured.err)
-
-    return run
-
-
-def test_query_is_read_only_by_default(out: Path, tmp_path: Path, query: Query) -> None:
+def test_query_is_read_only_by_default(out: Path, tmp_path: Path) -> None:
     secret = tmp_path / "outside.txt"
     secret.write_text("outside the manifests\n")
     written = tmp_path / "x.csv"
@@ -85,7 +56,7 @@ def test_query_is_read_only_by_default(out: Path, tmp_path: Path, query: Query) 
     assert part.read_bytes() == before
 
 
-def test_allow_external_access_lifts_it(out: Path, tmp_path: Path, query: Query) -> None:
+def test_allow_external_access_lifts_it(out: Path, tmp_path: Path) -> None:
     secret = tmp_path / "outside.txt"
     secret.write_text("outside\n")
     r = query(out, f"SELECT content FROM read_text('{secret}')", "--allow-external-access")
