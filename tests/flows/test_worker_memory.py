@@ -112,6 +112,7 @@ print(json.dumps({"grown_mb": rss_mb() - before}))
 
 
 @pytest.mark.skipif(_MALLOC_TRIM is None, reason="this libc has no malloc_trim (not glibc)")
+@pytest.mark.slow  # a child process scanning a large release (7 s)
 def test_the_driver_hands_back_what_the_catalog_scan_freed(tmp_path: Path) -> None:
     """The driver lives for the whole run: the buffers of its scan of every JSONL are not kept (the flow
     hands them back after the catalog stage)."""

@@ -142,6 +142,7 @@ def test_a_subset_whose_rows_differ_from_the_catalog_fails_in_a_passing_group_as
     assert all(_group_of(r, "drift") == [i.subset for i in group] for r in grouped)
 
 
+@pytest.mark.slow  # several GX validations, grouped then one by one (7 s)
 def test_a_limit_that_fails_several_subsets_fails_each_as_alone(inputs: list[GateInputs]) -> None:
     group = [_with_params(i, seq_len=40) for i in inputs]
     grouped = _assert_as_alone(group)
@@ -157,6 +158,7 @@ def test_drift_fails_the_subset_that_moved_as_alone(inputs: list[GateInputs]) ->
     assert grouped[0].suites["drift"] and not grouped[1].suites["drift"]
 
 
+@pytest.mark.slow  # every override's suite validated grouped and alone (6 s)
 def test_overrides_that_warn_or_switch_off_an_expectation_give_the_same_verdicts(
     inputs: list[GateInputs],
 ) -> None:

@@ -125,6 +125,7 @@ def test_every_format_writes_list_columns(media_out: Path) -> None:
         render(table, "xml")
 
 
+@pytest.mark.slow  # the installed command as its own process (7 s)
 def test_the_cli_writes_csv_of_every_media_column_and_says_a_bad_query_in_one_line(media_out: Path) -> None:
     done = _cli("query", str(media_out), "SELECT * FROM media", "--format", "csv")
     assert done.returncode == 0, done.stderr

@@ -96,6 +96,7 @@ def test_parsers() -> None:
         resolve_weights(parse_weights("docvqa=1,plotqa_*=1"), subsets)
 
 
+@pytest.mark.slow  # three Energon datasets written and mixed (6 s)
 def test_three_subset_mix_honours_token_shares(out: str) -> None:
     plan = write_mix(out, name="ocr_heavy", weights="docvqa=2,chartqa_*=1", by="tokens")
     assert [e.subset for e in plan.entries] == ["chartqa_1", "chartqa_2", "docvqa"]
