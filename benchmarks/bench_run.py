@@ -717,7 +717,7 @@ def print_marginal(by_size: dict[str, dict]) -> None:
     print("|---|--:|--:|--:|--:|--:|--:|")
     marginal: dict[str, tuple[float, float, float, float]] = {}
     for tool in by_size[sizes[0]]:
-        if tool not in by_size[sizes[-1]]:
+        if tool == "ratios" or tool not in by_size[sizes[-1]]:  # "ratios": a size's tools side by side
             continue
         lo, hi = by_size[sizes[0]][tool], by_size[sizes[-1]][tool]
         w1, w2 = statistics.mean(lo["wall_s"]), statistics.mean(hi["wall_s"])
