@@ -57,11 +57,12 @@ BATCH_LINES = 2
 STAGES = ("startup", "batches", "gate", "publish", "validate")
 KILLS_PER_STAGE = int(os.environ.get("VLMFORGE_FAULT_KILLS_PER_STAGE", "4"))
 SEED = 11
-# A resumed run does not validate a subset already recorded as published and read back (OUT/runs/current):
-# after a kill at validate:1 the next run may have one validation left, and validate:2 never comes. Each
-# round of these stages starts from the output as the rounds before the stage left it, so every planned
-# event is reached; the final rerun resumes the last round's output.
-REPLAYED_STAGES = ("validate",)
+# A resumed run does not gate, publish or validate a subset already recorded as published and read back
+# (OUT/runs/current): after an earlier kill one subset may be complete, and the next run reaches fewer of
+# these stages' events than the reference (CI: validate:2 never came). Before each round of these stages
+# the records go, as in an output of an earlier vlmforge, so every subset passes through them again and
+# every planned event is reached; the published bytes must come out the same all the same.
+REDONE_STAGES = ("gate", "publish", "validate")
 RUN_TIMEOUT_S = 900.0
 # Remote objects: name -> seed of its JPEG; "gone.jpg" is a 404 (a classified fetch failure, not retried).
 REMOTE = {"a.jpg": 1, "b.jpg": 2, "c.jpg": 3, "d.jpg": 4}
@@ -422,15 +423,9 @@ def test_sigkill_at_seeded_points_of_every_stage_then_rerun_gives_the_same_bytes
     t_start = time.time()
     points: list[KillPoint] = []
     fetched_when_stored: dict[str, int] = {}
-    before: dict[str, Path] = {}
     for rnd, (stage, n) in enumerate(planned, start=1):
-        if stage in REPLAYED_STAGES:  # every round of the stage from the output the stage began with
-            if stage not in before:
-                before[stage] = w.root / f"before-{stage}"
-                shutil.copytree(out, before[stage], symlinks=True)
-            else:
-                shutil.rmtree(out)
-                shutil.copytree(before[stage], out, symlinks=True)
+        if stage in REDONE_STAGES:
+            shutil.rmtree(out / "runs" / "current", ignore_errors=True)
         points.append(_kill_round(w, out, logs / f"round-{rnd:02d}.log", rnd, stage, n))
         check_outputs(out)  # after every kill: nothing partial under a final name
         for name in stored_upstream(out):  # once stored, never fetched again (checked at the end)
