@@ -114,6 +114,11 @@ class HttpOptions:
     resolver: Resolver | None = None
     seed: int | None = None  # jitter seed (tests)
 
+    @property
+    def agent(self) -> str:
+        """The User-Agent sent: the one given, else vlmforge's own."""
+        return self.user_agent or DEFAULT_USER_AGENT
+
 
 @dataclass
 class Response:
@@ -331,7 +336,7 @@ class HttpClient:
         default_port = port == (443 if parts.scheme == "https" else 80)
         headers = {  # never parts.netloc: it carries user:password@
             "Host": host if default_port else f"{host}:{port}",
-            "User-Agent": self.options.user_agent or DEFAULT_USER_AGENT,
+            "User-Agent": self.options.agent,
             "Accept-Encoding": "identity",
         }
         if range_header is not None:
@@ -400,7 +405,7 @@ class HttpClient:
         directives = self.options.disallowed_directives
         if not directives:
             return
-        token = robots_token(self.options.user_agent or DEFAULT_USER_AGENT)
+        token = robots_token(self.options.agent)
         found = opted_out(r.headers.getlist("X-Robots-Tag"), token, directives)
         if found is not None:
             discard(r)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from ...schemas.config import FetchOptions
 from .client import HttpOptions
-from .opt_out import DEFAULT_USER_AGENT, DISALLOWED_DIRECTIVES
+from .opt_out import DISALLOWED_DIRECTIVES
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class FetchKnobs:
             http=HttpOptions(
                 per_host=run.fetch_per_host,
                 request_timeout=run.fetch_request_timeout,
-                user_agent=run.user_agent or DEFAULT_USER_AGENT,
+                user_agent=run.user_agent,
                 disallowed_directives=DISALLOWED_DIRECTIVES if honour_robots_tag else (),
             ),
             batch_timeout=run.fetch_batch_timeout,
