@@ -11,12 +11,13 @@ import errno
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import sqlite3
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ TMP_MARK = ".tmp-"
 INCOMING = ".incoming"  # partial downloads, published by rename
 UPSTREAM_INDEX = "upstream"  # upstream locator -> object sha256, so nothing is fetched twice
 LOCKS = ".locks"
+
+log = logging.getLogger("vlmforge.store")
 
 
 class OutputFullError(OutputError, OSError):
@@ -227,19 +230,62 @@ class ContentStore:
             tmp_dir=self._tmp_dir(),
         )
 
+    def locks_dir(self) -> str:
+        """Where this store's lock files live: ``<store>/.locks`` for a local store (shared by every process
+        that sees the folder); for an object store a folder of this machine's temp dir named after the
+        store's URL, so the processes of one machine share its locks (see :meth:`lock`)."""
+        if self.local:
+            return f"{self.root}/{LOCKS}"
+        url = self.fs.unstrip_protocol(self.root)
+        return os.path.join(
+            tempfile.gettempdir(), "vlmforge-locks", hashlib.sha256(url.encode()).hexdigest()[:16]
+        )
+
     @contextmanager
-    def lock(self, name: str) -> Iterator[None]:
-        """An advisory lock shared by the processes of this machine (a no-op for object stores), so two
-        workers do not stream the same archive at once."""
-        if not self.local:
-            yield
-            return
-        folder = f"{self.root}/{LOCKS}"
+    def lock(self, name: str, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+        """An exclusive lock on ``name`` shared by the processes of this machine (and their threads: each
+        call opens its own lock file), so two workers do not fetch the same object or stream the same
+        archive at once. ``on_wait`` is called (and a debug line logged) when another holder makes this
+        call wait.
+
+        ``flock`` on a file in :meth:`locks_dir`: the kernel releases it when its holder's process dies,
+        so a crashed holder never blocks anyone. The holder removes the file before releasing it, so lock
+        files do not pile up one per object; a waiter that then wins the lock on the removed file sees that
+        the name no longer leads to it and locks the name again. An object store's locks are this machine's
+        only: workers on two machines may still fetch one object twice, which costs the transfer, never
+        correctness (the object's name is its sha256 and its upstream-index entry is the same)."""
+        folder = self.locks_dir()
         os.makedirs(folder, exist_ok=True)
         path = f"{folder}/{hashlib.sha256(name.encode()).hexdigest()[:32]}.lock"
-        with open(path, "a+b") as f:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
-                yield
-            finally:
-                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    log.debug("waiting for the store lock on %s: another worker holds it", name)
+                    if on_wait is not None:
+                        on_wait()
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                if _same_file(fd, path):
+                    break
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)  # we locked a file its holder had removed: lock the name again
+        try:
+            yield
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+            os.close(fd)
+
+
+def _same_file(fd: int, path: str) -> bool:
+    """Whether ``path`` still names the open file ``fd`` (a lock file is removed by its last holder)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    here = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (here.st_dev, here.st_ino)

@@ -8,14 +8,16 @@ retry policy as HTTP, so a slow bucket is treated like a slow web server.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
 from fsspec import AbstractFileSystem
 
 from ...schemas.recipes import UnsetVariable
+from ...schemas.redact import redact
 from .batch_state import BatchRun
-from .failures import SOURCE_ERROR, TOO_LARGE, TRUNCATED, FetchError, classify_fs_error
+from .failures import SOURCE_ERROR, TIMEOUT, TOO_LARGE, TRUNCATED, FetchError, classify_fs_error
 from .outcomes import Answer, Answers, FetchOutcome, Located
 from .retry import retry_call
 from .store_writes import StoreSink
@@ -57,7 +59,21 @@ def fetch_objects(run: BatchRun, kind: str, located: Located, locate: Locate, fe
 
 
 def _fetch_into_store(run: BatchRun, kind: str, ref: str, upstream: str, fetch_one: FetchOne) -> Answer:
-    """One object into the store (a pool job): its outcome, announced at once, or its failure."""
+    """One object into the store (a pool job): its outcome, announced at once, or its failure.
+
+    The fetch runs under the store's lock on the object's upstream locator, taken across processes: a
+    batch of another worker naming the same object waits for it, then finds the object in the store."""
+    with run.writer.store.lock(f"object:{redact(upstream)}"):
+        hit = run.writer.cached(ref, kind, upstream)  # another worker fetched it while we waited
+        if hit is not None:
+            run.ready(hit)
+            return hit
+        if run.deadline is not None and time.monotonic() >= run.deadline:
+            return FetchError(TIMEOUT, "batch deadline reached while waiting for another worker's fetch")
+        return _fetch_unlocked(run, kind, ref, upstream, fetch_one)
+
+
+def _fetch_unlocked(run: BatchRun, kind: str, ref: str, upstream: str, fetch_one: FetchOne) -> Answer:
     sink = run.writer.sink()
     try:
         attempts = fetch_one(upstream, sink)

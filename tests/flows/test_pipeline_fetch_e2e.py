@@ -68,9 +68,6 @@ def test_remote_media_are_fetched_once_and_the_run_reconciles(prefect_harness: N
             seq_len=600,
             seq_len_mode="truncate",
             skip_gate=True,
-            # one core, so one batch: two batches at once that name the same object can both fetch it (the
-            # store is checked per batch, with no lock across batches; a known gap), and "once" is the subject
-            num_cpus=1,
         )
         first = run_flow(cfg)
         outcome = first.subsets[0]
