@@ -9,11 +9,12 @@ one thread, one image after another, ``--max-pixels 1048576`` and the default mo
 
 1. **phases**: each image goes through the media step's own functions one at a time, each timed (thread CPU
    and wall): the fetch (the fetch stage's HTTP client, body in memory), hashing the fetched bytes, the
-   store write of the original (durable: written, fsynced, renamed) and its upstream-index entry, reading it
-   back from the store, then the verify-and-normalise of ``process_image`` split into its steps (open the
-   header, decode (DCT-scaled when downsized 2x or more), orient/colour/mode, resize, encode; what
-   ``process_image`` costs beyond these is its per-image Python), and for a re-encoded image the output's
-   hash and store write.
+   store write of the original (as the fetch stage writes it: renamed into place, not synced) and its
+   upstream-index entry (the bytes then go to the media step in memory: no read back from the store), then
+   the verify-and-normalise of ``process_image`` split into its steps (open the header, decode (DCT-scaled
+   when downsized 2x or more), orient/colour/mode, resize, encode; what ``process_image`` costs beyond these
+   is its per-image Python), and the output's store write (durable: a re-encoded image hashed, written,
+   synced and renamed; a kept original synced where the fetch stage left it).
 2. **kernel**: the real media step (``tasks/batch``'s :class:`Normaliser` fed by the fetch stage's
    :class:`FetchStream`, 16 fetch threads, as a batch runs it) over the same images in this process; its
    process CPU per image against the **decode floor**, the decode alone as the media step decodes (the sum of
@@ -45,7 +46,6 @@ PHASES = (
     "hash in",
     "store write",
     "index entry",
-    "store read",
     "header",
     "decode",
     "orient+colour",
@@ -108,10 +108,9 @@ def profile_phases(urls: list[str], decode: str, store_dir: Path, clock: Clock) 
 
         data = clock.time(key("fetch"), lambda url=url: client.get(url, expect_media=True).body)
         sha = clock.time(key("hash in"), lambda data=data: sha256_bytes(data))
-        clock.time(key("store write"), lambda data=data, sha=sha: store.put(data, sha))
+        clock.time(key("store write"), lambda data=data, sha=sha: store.put(data, sha, durable=False))
         entry = {"sha256": sha, "bytes": len(data)}
         clock.time(key("index entry"), lambda url=url, entry=entry: store.record(url, entry))
-        data = clock.time(key("store read"), lambda sha=sha: store.get(sha))
         # the steps of process_image, one at a time, on the path it takes
         t0 = time.thread_time()
         res = process_image(
@@ -126,6 +125,7 @@ def profile_phases(urls: list[str], decode: str, store_dir: Path, clock: Clock) 
         t_h, t_w = geometry.stored_image_size(h, w)
         if res.kept_original:
             clock.time(key("decode"), lambda img=img: (img.draft(img.mode, (1, 1)), img.load()))
+            clock.time(key("store write out"), lambda data=data, sha=sha: store.put(data, sha))
             steps = ("header", "decode")
         else:
             target = displayed_size((t_w, t_h), orientation)

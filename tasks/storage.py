@@ -140,11 +140,46 @@ class ContentStore:
     def has(self, sha256: str) -> bool:
         return bool(self.fs.exists(self.path(sha256)))
 
-    def put(self, data: bytes, sha256: str | None = None) -> str:
+    def put(self, data: bytes, sha256: str | None = None, *, durable: bool = True) -> str:
+        """Store ``data`` as its object; returns its sha256 (``sha256``: already known, not hashed again).
+
+        ``durable`` (every object a batch publishes): on disk when this returns, also when the object was
+        already there, for an earlier writer may have stored it without a sync (the fetch stage's
+        originals, see :mod:`.fetch.store_writes`); syncing a file already on disk is one cheap call.
+        A local object whose size differs from ``data`` is one a power loss cut short: written again whole.
+        """
         digest = sha256 or sha256_bytes(data)
-        if not self.has(digest):
-            atomic_write_bytes(self.fs, self.path(digest), data, tmp_dir=self._tmp_dir())
+        path = self.path(digest)
+        if not self.local:
+            if not self.has(digest):  # object stores publish a PUT atomically and durably
+                atomic_write_bytes(self.fs, path, data)
+            return digest
+        if _size(path) == len(data):
+            if durable:
+                _sync_file(path)
+            return digest
+        atomic_write_bytes(self.fs, path, data, durable=durable, tmp_dir=self._tmp_dir())
         return digest
+
+    def verified(self, sha256: str) -> bytes | None:
+        """The bytes of a local object when they hash to its name, else None, and the damaged object is
+        removed so that the next write stores it whole. What the fetch stage reads from the store for an
+        object it did not write in this batch goes through here: its originals are stored without a sync,
+        so after a power loss one may be short or empty under its name, and it is never trusted unchecked."""
+        path = self.path(sha256)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return None
+        if sha256_bytes(data) == sha256:
+            return data
+        log.warning(
+            "store object %s is damaged (%d bytes, not its content): removed, fetched again", path, len(data)
+        )
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+        return None
 
     def get(self, sha256: str) -> bytes:
         data: bytes = self.fs.cat_file(self.path(sha256))
@@ -173,15 +208,17 @@ class ContentStore:
         return path
 
     def put_file(self, local_path: str, sha256: str) -> str:
-        """Publish a complete, already hashed local file as object ``sha256``; the file is consumed."""
+        """Publish a complete, already hashed local file as object ``sha256``; the file is consumed. Not
+        synced (the fetch stage's originals, see :mod:`.fetch.store_writes`); a local object already there
+        with another size (cut short by a power loss) is replaced."""
         final = self.path(sha256)
         try:
-            if self.has(sha256):
-                return sha256
             if self.local:
+                if _size(final) == os.path.getsize(local_path):
+                    return sha256
                 os.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
                 os.replace(local_path, final)
-            else:  # object stores publish a PUT atomically
+            elif not self.has(sha256):  # object stores publish a PUT atomically
                 self.fs.put_file(local_path, final)
         finally:
             if os.path.exists(local_path):
@@ -279,6 +316,23 @@ class ContentStore:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(path)
             os.close(fd)
+
+
+def _size(path: str) -> int | None:
+    """The size of the local file ``path``, or None when there is none."""
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return None
+
+
+def _sync_file(path: str) -> None:
+    """Flush a local file's data to disk (cheap when nothing of it is waiting to be written)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _same_file(fd: int, path: str) -> bool:

@@ -184,10 +184,14 @@ class FetchStream:
 
 
 def read_outcome(outcome: FetchOutcome, store: ContentStore) -> bytes:
-    """The bytes of an ok outcome: from the store (remote sources) or in place (local sources)."""
+    """The bytes of an ok outcome: the ones it holds (handed over once), else from the store (remote
+    sources) or in place (local sources)."""
     if not outcome.ok:
         raise FetchError(outcome.status, outcome.detail or "not fetched")
     if outcome.location is None:
+        held = None if outcome.held is None else outcome.held.take()
+        if held is not None:
+            return held
         if outcome.sha256 is None:
             raise FetchError(NOT_FOUND, "outcome has neither an object nor a location")
         return store.get(outcome.sha256)

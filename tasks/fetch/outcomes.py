@@ -24,6 +24,21 @@ class LocalLocation:
     size: int | None = None
 
 
+class HeldBytes:
+    """An object's bytes still in memory when its outcome is announced, handed over once (:meth:`take`),
+    so the media step does not read back from the store what the fetch stage has just written or
+    verified. Taking them drops them: a batch does not keep every object it fetched in memory."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: bytes) -> None:
+        self._data: bytes | None = data
+
+    def take(self) -> bytes | None:
+        data, self._data = self._data, None
+        return data
+
+
 @dataclass(frozen=True, slots=True)
 class FetchOutcome:
     """What happened to one reference. ``status`` is ``ok`` or a failure class."""
@@ -38,6 +53,7 @@ class FetchOutcome:
     attempts: int = 0
     cached: bool = False  # answered by the store's upstream index: nothing was fetched
     location: LocalLocation | None = None  # local sources: read in place
+    held: HeldBytes | None = field(default=None, compare=False, repr=False)  # the object, taken once
 
     @property
     def ok(self) -> bool:

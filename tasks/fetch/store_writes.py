@@ -6,6 +6,22 @@ store's incoming folder), checked against the sha256 an earlier run recorded, pu
 (``<store>/<sha[:2]>/<sha>``), and its upstream locator is recorded in the upstream index
 (``<store>/upstream/``). So an object is fetched once, whichever subsets, batches or runs reference it, and
 a killed run resumes without fetching anything twice. Locators are recorded without credentials.
+
+Each object is hashed once, on the way in, and its bytes (when held in memory) are handed to the media step
+with its outcome (:class:`~.outcomes.HeldBytes`), not read back from the store.
+
+Durability: originals are stored without a sync. Most are never published (the media step stores a resized
+copy), and a sync per object cost 0.3-1 ms of CPU. A process killed at any moment leaves nothing partial
+under a final name (temp file, then rename). A power loss can: an object not yet written back may be empty
+or short under its content name. Two rules make such an object never trusted:
+
+- whatever a batch publishes is synced before the batch's completion marker is written: the media step
+  stores every output through ``ContentStore.put`` (durable), which also syncs an object already there,
+  so a kept original is on disk before the manifest row naming it commits;
+- whatever the fetch stage answers from the store without having written it in this batch (an upstream
+  index hit, or another worker's fetch it waited for) is read and hashed first
+  (``ContentStore.verified``): a damaged object is removed and fetched again. A write finding an object
+  of another size under its name (cut short) replaces it.
 """
 
 from __future__ import annotations
@@ -21,7 +37,7 @@ from typing import BinaryIO
 from ...schemas.redact import redact
 from ..storage import ContentStore
 from .failures import HASH_MISMATCH, FetchError
-from .outcomes import Answer, FetchOutcome
+from .outcomes import Answer, FetchOutcome, HeldBytes
 
 
 class StoreSink:
@@ -58,19 +74,20 @@ class StoreSink:
     def digest(self) -> str:
         return self._sha.hexdigest()
 
-    def publish(self) -> str:
+    def publish(self) -> bytes | None:
+        """Store the object under its sha256, without a sync (see the module docstring); returns its bytes
+        when they were held in memory (None when they spilled to a file)."""
         sha = self.digest()
         if self._file is not None and self._path is not None:
-            self._file.flush()
-            os.fsync(self._file.fileno())
             self._file.close()
             self._file = None
             self.store.put_file(self._path, sha)
             self._path = None
-        else:
-            self.store.put(b"".join(self._parts), sha)
-            self._parts.clear()
-        return sha
+            return None
+        data = b"".join(self._parts)
+        self._parts.clear()
+        self.store.put(data, sha, durable=False)
+        return data
 
     def discard(self) -> None:
         self._parts.clear()
@@ -95,8 +112,9 @@ class StoreWriter:
         return StoreSink(self.store, self.spill_bytes)
 
     def cached(self, ref: str, kind: str, upstream: str) -> FetchOutcome | None:
-        """The reference answered by the upstream index, or None (not indexed, or not the object an
-        earlier run recorded for it: then it is fetched again and the mismatch reported)."""
+        """The reference answered by the upstream index, or None (not indexed, not the object an earlier
+        run recorded for it, or a local object that is not whole: then it is fetched again, and a mismatch
+        reported). A local object is read and hashed here, and its bytes go with the outcome."""
         upstream = redact(upstream)
         entry = self.store.lookup(upstream)
         if entry is None:
@@ -105,7 +123,15 @@ class StoreWriter:
         want = self.expected.get(ref)
         if want is not None and want != sha:
             return None
-        return FetchOutcome(ref, "ok", kind, upstream, sha, int(entry.get("bytes", 0)), cached=True)
+        held = None
+        if self.store.local:
+            data = self.store.verified(sha)
+            if data is None:
+                return None
+            held = HeldBytes(data)
+        return FetchOutcome(
+            ref, "ok", kind, upstream, sha, int(entry.get("bytes", 0)), cached=True, held=held
+        )
 
     def publish(self, ref: str, kind: str, upstream: str, sink: StoreSink, attempts: int) -> Answer:
         """Store the sink's object as the answer for ``ref`` (a ``hash_mismatch`` when it is not the object
@@ -119,16 +145,18 @@ class StoreWriter:
                 HASH_MISMATCH, f"sha256 {sha[:12]}... differs from the expected {want[:12]}...", url=upstream
             )
         nbytes = sink.nbytes
-        self.keep(upstream, sink)
-        return FetchOutcome(ref, "ok", kind, upstream, sha, nbytes, attempts=attempts)
+        data = self.keep(upstream, sink)
+        held = None if data is None else HeldBytes(data)
+        return FetchOutcome(ref, "ok", kind, upstream, sha, nbytes, attempts=attempts, held=held)
 
-    def keep(self, upstream: str, sink: StoreSink) -> None:
+    def keep(self, upstream: str, sink: StoreSink) -> bytes | None:
         """Store the sink's object and index it under ``upstream`` (no reference asked for it yet: a tar
-        streamed with ``extract: all``)."""
+        streamed with ``extract: all``); its bytes when they were held in memory."""
         sha, nbytes = sink.digest(), sink.nbytes
         existed = self.store.has(sha)
-        sink.publish()
+        data = sink.publish()
         self.store.record(redact(upstream), {"sha256": sha, "bytes": nbytes})
         if not existed:
             with self._lock:
                 self.bytes_stored += nbytes
+        return data
