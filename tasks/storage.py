@@ -162,10 +162,11 @@ class ContentStore:
         return digest
 
     def verified(self, sha256: str) -> bytes | None:
-        """The bytes of a local object when they hash to its name, else None, and the damaged object is
-        removed so that the next write stores it whole. What the fetch stage reads from the store for an
-        object it did not write in this batch goes through here: its originals are stored without a sync,
-        so after a power loss one may be short or empty under its name, and it is never trusted unchecked."""
+        """The bytes of a local object when they hash to its name, else None (missing, or damaged: then the
+        caller fetches it again, and :meth:`put_file` / :meth:`put` replace it whole; nothing is deleted).
+        What the fetch stage reads from the store for an object it did not write in this batch goes
+        through here: its originals are stored without a sync, so after a power loss one may be short,
+        empty or zero-filled under its name, and it is never trusted unchecked."""
         path = self.path(sha256)
         try:
             with open(path, "rb") as f:
@@ -174,11 +175,7 @@ class ContentStore:
             return None
         if sha256_bytes(data) == sha256:
             return data
-        log.warning(
-            "store object %s is damaged (%d bytes, not its content): removed, fetched again", path, len(data)
-        )
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
+        log.warning("store object %s is damaged (%d bytes, not its content): fetched again", path, len(data))
         return None
 
     def get(self, sha256: str) -> bytes:
@@ -210,12 +207,10 @@ class ContentStore:
     def put_file(self, local_path: str, sha256: str) -> str:
         """Publish a complete, already hashed local file as object ``sha256``; the file is consumed. Not
         synced (the fetch stage's originals, see :mod:`.fetch.store_writes`); a local object already there
-        with another size (cut short by a power loss) is replaced."""
+        is replaced (it may be one a power loss damaged: :meth:`verified` sent the fetch stage here)."""
         final = self.path(sha256)
         try:
-            if self.local:
-                if _size(final) == os.path.getsize(local_path):
-                    return sha256
+            if self.local:  # always replaced: a damaged object of the same size is mended by the rename
                 os.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
                 os.replace(local_path, final)
             elif not self.has(sha256):  # object stores publish a PUT atomically
@@ -268,15 +263,9 @@ class ContentStore:
         )
 
     def locks_dir(self) -> str:
-        """Where this store's lock files live: ``<store>/.locks`` for a local store (shared by every process
-        that sees the folder); for an object store a folder of this machine's temp dir named after the
-        store's URL, so the processes of one machine share its locks (see :meth:`lock`)."""
-        if self.local:
-            return f"{self.root}/{LOCKS}"
-        url = self.fs.unstrip_protocol(self.root)
-        return os.path.join(
-            tempfile.gettempdir(), "vlmforge-locks", hashlib.sha256(url.encode()).hexdigest()[:16]
-        )
+        """Where a local store's lock files live: ``<store>/.locks``, shared by every process that sees the
+        folder."""
+        return f"{self.root}/{LOCKS}"
 
     @contextmanager
     def lock(self, name: str, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
@@ -288,9 +277,13 @@ class ContentStore:
         ``flock`` on a file in :meth:`locks_dir`: the kernel releases it when its holder's process dies,
         so a crashed holder never blocks anyone. The holder removes the file before releasing it, so lock
         files do not pile up one per object; a waiter that then wins the lock on the removed file sees that
-        the name no longer leads to it and locks the name again. An object store's locks are this machine's
-        only: workers on two machines may still fetch one object twice, which costs the transfer, never
-        correctness (the object's name is its sha256 and its upstream-index entry is the same)."""
+        the name no longer leads to it and locks the name again. An object store has no lock (nothing is
+        written outside the store, and a bucket has no flock): two workers may fetch one object twice,
+        which costs the transfer, never correctness (the object's name is its sha256 and its
+        upstream-index entry is the same)."""
+        if not self.local:
+            yield
+            return
         folder = self.locks_dir()
         os.makedirs(folder, exist_ok=True)
         path = f"{folder}/{hashlib.sha256(name.encode()).hexdigest()[:32]}.lock"

@@ -7,6 +7,7 @@ one failure reported when every recipe source failed.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -27,16 +28,41 @@ class LocalLocation:
 class HeldBytes:
     """An object's bytes still in memory when its outcome is announced, handed over once (:meth:`take`),
     so the media step does not read back from the store what the fetch stage has just written or
-    verified. Taking them drops them: a batch does not keep every object it fetched in memory."""
+    verified. Taking them drops them and gives their bytes back to the batch's :class:`HeldPool`."""
 
-    __slots__ = ("_data",)
+    __slots__ = ("_data", "_pool")
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, pool: HeldPool) -> None:
         self._data: bytes | None = data
+        self._pool = pool
 
     def take(self) -> bytes | None:
         data, self._data = self._data, None
+        if data is not None:
+            self._pool.release(len(data))
         return data
+
+
+class HeldPool:
+    """How many bytes a batch's outcomes may hold in memory at once. The fetch threads run ahead of the
+    media step (a whole batch can be fetched before its first image is decoded), so holding every object
+    would make a batch's memory its media's size; past ``limit`` an outcome holds nothing and the media
+    step reads the object from the store (from the page cache, as it was just written)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.held = limit, 0
+        self._lock = threading.Lock()
+
+    def hold(self, data: bytes) -> HeldBytes | None:
+        with self._lock:
+            if self.held + len(data) > self.limit:
+                return None
+            self.held += len(data)
+        return HeldBytes(data, self)
+
+    def release(self, nbytes: int) -> None:
+        with self._lock:
+            self.held -= nbytes
 
 
 @dataclass(frozen=True, slots=True)

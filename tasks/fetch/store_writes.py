@@ -8,7 +8,8 @@ store's incoming folder), checked against the sha256 an earlier run recorded, pu
 a killed run resumes without fetching anything twice. Locators are recorded without credentials.
 
 Each object is hashed once, on the way in, and its bytes (when held in memory) are handed to the media step
-with its outcome (:class:`~.outcomes.HeldBytes`), not read back from the store.
+with its outcome (:class:`~.outcomes.HeldBytes`, up to the batch's :data:`HELD_BYTES`), not read back from
+the store.
 
 Durability: originals are stored without a sync. Most are never published (the media step stores a resized
 copy), and a sync per object cost 0.3-1 ms of CPU. A process killed at any moment leaves nothing partial
@@ -20,8 +21,7 @@ or short under its content name. Two rules make such an object never trusted:
   so a kept original is on disk before the manifest row naming it commits;
 - whatever the fetch stage answers from the store without having written it in this batch (an upstream
   index hit, or another worker's fetch it waited for) is read and hashed first
-  (``ContentStore.verified``): a damaged object is removed and fetched again. A write finding an object
-  of another size under its name (cut short) replaces it.
+  (``ContentStore.verified``): a damaged object is fetched again, and its write replaces it whole.
 """
 
 from __future__ import annotations
@@ -37,7 +37,10 @@ from typing import BinaryIO
 from ...schemas.redact import redact
 from ..storage import ContentStore
 from .failures import HASH_MISMATCH, FetchError
-from .outcomes import Answer, FetchOutcome, HeldBytes
+from .outcomes import Answer, FetchOutcome, HeldPool
+
+#: bytes of fetched objects a batch's outcomes may hold for the media step at once (see HeldPool)
+HELD_BYTES = 64 * 1024 * 1024
 
 
 class StoreSink:
@@ -106,6 +109,7 @@ class StoreWriter:
     def __init__(self, store: ContentStore, spill_bytes: int, expected: Mapping[str, str]) -> None:
         self.store, self.spill_bytes, self.expected = store, spill_bytes, expected
         self.bytes_stored = 0  # new objects' bytes
+        self.held = HeldPool(HELD_BYTES)
         self._lock = threading.Lock()
 
     def sink(self) -> StoreSink:
@@ -128,7 +132,7 @@ class StoreWriter:
             data = self.store.verified(sha)
             if data is None:
                 return None
-            held = HeldBytes(data)
+            held = self.held.hold(data)
         return FetchOutcome(
             ref, "ok", kind, upstream, sha, int(entry.get("bytes", 0)), cached=True, held=held
         )
@@ -146,7 +150,7 @@ class StoreWriter:
             )
         nbytes = sink.nbytes
         data = self.keep(upstream, sink)
-        held = None if data is None else HeldBytes(data)
+        held = None if data is None else self.held.hold(data)
         return FetchOutcome(ref, "ok", kind, upstream, sha, nbytes, attempts=attempts, held=held)
 
     def keep(self, upstream: str, sink: StoreSink) -> bytes | None:

@@ -219,11 +219,14 @@ def test_retry_after_past_the_deadline_is_not_waited_for(srv: HttpFixture, tmp_p
     srv.add("/h/busy.jpg", payload(3), Fault("503", retry_after="120"))
     srv.add("/h/later.jpg", payload(4), Fault("429", retry_after="3600"))
     res, seconds = _timed(srv, tmp_path, ["busy.jpg", "later.jpg"], batch_timeout=2.0, http=HTTP)
-    assert seconds < 2.0, seconds
+    # the waits asked for are 120 s and 3600 s: half a minute apart from either holds on any machine load
+    # (a 2 s bound, the batch's own deadline, failed on a loaded machine)
+    assert seconds < 60.0, seconds
     busy, later = res.outcomes["busy.jpg"], res.outcomes["later.jpg"]
     assert busy.status in ("http_5xx", "timeout") and "deadline" in (busy.detail or ""), busy
-    # 3600 s is over the client's cap; or the host's pause (set by busy.jpg's Retry-After) outlasts the batch
-    assert later.status in ("http_429", "timeout"), later
+    # 3600 s is over the client's cap; or the host's pause (set by busy.jpg's Retry-After) outlasts the batch,
+    # when busy.jpg's answer comes first: then later.jpg is not sent, and its class is the pause's (http_5xx)
+    assert later.status in ("http_429", "http_5xx", "timeout"), later
     assert "exceeds the cap" in (later.detail or "") or "past the batch deadline" in (later.detail or ""), (
         later
     )
