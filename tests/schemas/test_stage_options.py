@@ -10,11 +10,17 @@ from typing import Any
 
 import pytest
 
+from vlmforge.flows.stage_tasks import build_batch_task, gate_task, publish_task
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.records import SubsetEntry
 from vlmforge.schemas.stage_options import BatchWork, GateWork, PublishWork, RunStages
 from vlmforge.tasks.batch import batch_fingerprint, build_batch
+from vlmforge.tasks.batch.knobs import RECORD_KNOBS, TOKEN_KNOBS
+from vlmforge.tasks.batch.media_step import MediaStep
+from vlmforge.tasks.batch.sample import SampleSteps
+from vlmforge.tasks.batch.tokens_step import TokenStep, get_tokenizer
 from vlmforge.tasks.gate import gate_subset, gate_subsets
+from vlmforge.tasks.gate.check import gate_inputs
 from vlmforge.tasks.publish import publish_fingerprint
 from vlmforge.tasks.staging import stage_run_source
 
@@ -80,16 +86,26 @@ def test_each_stage_gets_the_run_values_it_reads() -> None:
 
 
 ENTRY_POINTS: list[Callable[..., Any]] = [
+    build_batch_task.fn,
     build_batch,
     batch_fingerprint,
+    MediaStep.__init__,
+    TokenStep.__init__,
+    get_tokenizer,
+    SampleSteps.__init__,
+    *RECORD_KNOBS.values(),
+    *TOKEN_KNOBS.values(),
+    gate_task.fn,
     gate_subset,
     gate_subsets,
+    gate_inputs,
+    publish_task.fn,
     publish_fingerprint,
     stage_run_source,
 ]
 
 
-@pytest.mark.parametrize("entry_point", ENTRY_POINTS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("entry_point", ENTRY_POINTS, ids=lambda f: f.__qualname__)
 def test_no_stage_entry_point_takes_the_run_config(entry_point: Callable[..., Any]) -> None:
     # annotations are strings here (``from __future__ import annotations``), some under TYPE_CHECKING only
     annotations = [str(p.annotation) for p in inspect.signature(entry_point).parameters.values()]
