@@ -38,6 +38,7 @@ import dataclasses  # noqa: E402
 
 from vlmforge.schemas.config import RunConfig  # noqa: E402
 from vlmforge.schemas.records import SubsetEntry  # noqa: E402
+from vlmforge.schemas.stage_options import GateWork
 from vlmforge.schemas.tables import MEDIA, SAMPLES
 from vlmforge.tasks.gate.check import gate_inputs, gate_one, gate_subset  # noqa: E402
 from vlmforge.tasks.gate.params import GateOverrides  # noqa: E402
@@ -165,9 +166,9 @@ def vlmforge_gate(out: Path, rows: int, *, with_media: bool = True) -> tuple[flo
     )  # fmt: skip
     t0 = time.perf_counter()
     if with_media:
-        result = gate_subset(cfg, entry, overrides=GateOverrides())
+        result = gate_subset(GateWork.of(cfg), entry, overrides=GateOverrides())
     else:  # the media suite over an empty manifest
-        inputs = gate_inputs(cfg, entry, run_id=None, overrides=GateOverrides())
+        inputs = gate_inputs(GateWork.of(cfg), entry, run_id=None, overrides=GateOverrides())
         result = gate_one(dataclasses.replace(inputs, media=MEDIA.empty_table()))
     seconds = time.perf_counter() - t0
     if not result.passed:

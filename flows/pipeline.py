@@ -17,6 +17,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from ..schemas.config import RunConfig
 from ..schemas.records import SubsetEntry
+from ..schemas.stage_options import PublishWork, RunStages
 from ..tasks.batch import BatchStats
 from ..tasks.catalog import (
     catalog_columns,
@@ -184,7 +185,8 @@ def _catalog_stage(run: _Run, given: RunConfig) -> tuple[RunConfig, list[SubsetE
     """Stage a benchmark-set layout (if any), catalog the release, record the run; returns the config the
     work reads (the staged release when there is one), the entries and the previous catalog."""
     tick = time.perf_counter()
-    cfg, staged = stage_run_source(given)
+    source, staged = stage_run_source(given.source, given.out, given.store_url)
+    cfg = given.model_copy(update={"source": source})
     if staged is not None:
         for st in staged.stats:
             bytes_read = st.bytes_stored + st.archive_bytes_read
@@ -234,6 +236,7 @@ def _work_stage(run: _Run, cfg: RunConfig, entries: list[SubsetEntry], summary: 
 
     outcomes = {o.subset: o for o in summary.subsets}
     by_name = {e.subset: e for e in entries}
+    stages = RunStages.of(cfg)  # each stage's task gets its own options, not the run's config
     schedule = SubsetSchedule(
         ((e.subset, len(e.batch_offsets) - 1) for e in entries), skip_gate=cfg.gate.skip_gate
     )
@@ -254,7 +257,7 @@ def _work_stage(run: _Run, cfg: RunConfig, entries: list[SubsetEntry], summary: 
             names = [e.subset for e in group]
             for name in names:
                 progress.subset_stage(name, kind)
-            pending[_submit_stage(kind, cfg, group, run.run_id)] = _Pending(kind, group)
+            pending[_submit_stage(kind, stages, group, run.run_id)] = _Pending(kind, group)
 
     def fill_window() -> None:
         while in_flight[0] < _window(cpus):
@@ -264,7 +267,7 @@ def _work_stage(run: _Run, cfg: RunConfig, entries: list[SubsetEntry], summary: 
             clock.started("batches")
             label = group_label([f"{e.subset} batch {i}/{len(e.batch_offsets) - 1}" for e, i in pack])
             # as many batches fetch at once as the cluster has CPUs: they split the per-host limits
-            pending[build_batch_task.submit(pack, cfg, cpus, label)] = _Pending(
+            pending[build_batch_task.submit(pack, stages.batch, cpus, label)] = _Pending(
                 "batches", [e for e, _ in pack]
             )
             in_flight[0] += 1
@@ -274,7 +277,7 @@ def _work_stage(run: _Run, cfg: RunConfig, entries: list[SubsetEntry], summary: 
             queues.add(stage, e)
 
     for subset in schedule.ready_now():  # no batch at all (an empty JSONL)
-        then(_batches_done(run, schedule, outcomes[subset], by_name[subset], cfg), by_name[subset])
+        then(_batches_done(run, schedule, outcomes[subset], by_name[subset], stages.publish), by_name[subset])
     fill_window()
     submit_ready()
     while pending:
@@ -283,7 +286,7 @@ def _work_stage(run: _Run, cfg: RunConfig, entries: list[SubsetEntry], summary: 
         if p.kind == "batches":
             in_flight[0] -= 1
             fill_window()
-            for e, nxt in _batches_finished(run, schedule, fut, p, cfg, clock, outcomes):
+            for e, nxt in _batches_finished(run, schedule, fut, p, stages.publish, clock, outcomes):
                 then(nxt, e)
         else:
             queues.done(p.kind)
@@ -303,15 +306,15 @@ def _work_stage(run: _Run, cfg: RunConfig, entries: list[SubsetEntry], summary: 
     summary.events = schedule.events
 
 
-def _submit_stage(kind: str, cfg: RunConfig, group: list[SubsetEntry], run_id: str) -> Any:
+def _submit_stage(kind: str, stages: RunStages, group: list[SubsetEntry], run_id: str) -> Any:
     """The task of stage ``kind`` for the subsets of ``group``."""
     names = [e.subset for e in group]
     label = group_label(names)
     if kind == GATE:
-        return gate_task.submit(cfg, group, run_id, label)
+        return gate_task.submit(stages.gate, group, run_id, label)
     if kind == PUBLISH:
-        return publish_task.submit(cfg, names, run_id, label)
-    return validate_task.submit(cfg.out, names, label)
+        return publish_task.submit(stages.publish, names, run_id, label)
+    return validate_task.submit(stages.publish.out, names, label)
 
 
 def _group_results(fut: Any, n: int) -> list[Any]:
@@ -328,7 +331,7 @@ def _batches_finished(
     schedule: SubsetSchedule,
     fut: Any,
     p: _Pending,
-    cfg: RunConfig,
+    publish: PublishWork,
     clock: StageSpans,
     outcomes: dict[str, SubsetOutcome],
 ) -> list[tuple[SubsetEntry, str | None]]:
@@ -346,12 +349,12 @@ def _batches_finished(
         done = res if isinstance(res, BatchStats) else BatchStats()
         progress.batch_finished(entry.subset, done.lines, done.images, done.skipped_batches > 0)
         if schedule.batch_done(entry.subset, res):
-            finished.append((entry, _batches_done(run, schedule, outcomes[entry.subset], entry, cfg)))
+            finished.append((entry, _batches_done(run, schedule, outcomes[entry.subset], entry, publish)))
     return finished
 
 
 def _batches_done(
-    run: _Run, schedule: SubsetSchedule, o: SubsetOutcome, entry: SubsetEntry, cfg: RunConfig
+    run: _Run, schedule: SubsetSchedule, o: SubsetOutcome, entry: SubsetEntry, publish: PublishWork
 ) -> str | None:
     """A subset's last batch is in: its outcome and stage times, and the stage it goes to (None for a
     subset left as it is: failed, nothing to publish, or unchanged since its last publish)."""
@@ -362,14 +365,14 @@ def _batches_done(
         o.error, o.gate = state.error, f"not run ({state.error})"
     else:
         run.times.extend(batch_stage_times(subset, state.stats))
-        if cfg.gate.skip_gate:
+        if publish.gate.skip_gate:
             o.gate = "skipped (--skip-gate)"
         all_current = state.stats.skipped_batches == state.stats.batches
-        validated = run.records.unchanged(entry, cfg, o, all_current=all_current)
+        validated = run.records.unchanged(entry, publish, o, all_current=all_current)
         if validated is not None:
             return schedule.unchanged(subset, validated=validated)
     nxt = schedule.batches_finished(subset)
-    if nxt is None and state.error is None and o.stats.ok == 0 and cfg.gate.skip_gate:
+    if nxt is None and state.error is None and o.stats.ok == 0 and publish.gate.skip_gate:
         o.gate += " (nothing to publish: no ok samples)"
     return nxt
 

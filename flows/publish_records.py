@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..schemas.config import RunConfig
 from ..schemas.records import SubsetEntry
+from ..schemas.stage_options import PublishWork
 from ..tasks.gate import carry_results
 from ..tasks.manifests import OutputLayout
 from ..tasks.publish import current_publish, forget_current, publish_fingerprint, record_current
@@ -24,13 +24,13 @@ class PublishRecords:
     fingerprints: dict[str, str] = field(default_factory=dict)  # subset -> its publish fingerprint
 
     def unchanged(
-        self, entry: SubsetEntry, cfg: RunConfig, o: SubsetOutcome, *, all_current: bool
+        self, entry: SubsetEntry, publish: PublishWork, o: SubsetOutcome, *, all_current: bool
     ) -> bool | None:
         """``o``'s subset has its batches in (``all_current``: every one skipped as current). When it is as at
         its last publish, the earlier verdict and dataset stand (its quality results are carried into this
         run's): whether that dataset was read back already. None when it goes through its stages again (its
         record is then removed: it no longer vouches for the dataset)."""
-        self.fingerprints[entry.subset] = publish_fingerprint(entry, cfg)
+        self.fingerprints[entry.subset] = publish_fingerprint(entry, publish)
         record = (
             current_publish(self.layout, entry.subset, self.fingerprints[entry.subset])
             if all_current

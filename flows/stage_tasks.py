@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 
 from prefect import get_run_logger, task
 
-from ..schemas.config import RunConfig
 from ..schemas.records import SubsetEntry
+from ..schemas.stage_options import BatchWork, GateWork, PublishWork
 from ..tasks.batch import BatchStats, build_batch
 from ..tasks.gate import GateResult, gate_subset, gate_subsets, load_overrides, record_gate
 from ..tasks.manifests import OutputLayout
@@ -124,14 +124,14 @@ def _each(
 )
 @returns_freed_memory
 def build_batch_task(
-    units: list[tuple[SubsetEntry, int]], cfg: RunConfig, host_share: int = 1, label: str = ""
+    units: list[tuple[SubsetEntry, int]], work: BatchWork, host_share: int = 1, label: str = ""
 ) -> list[BatchStats | str]:
     """Batches, one after another (small subsets' batches share a task: a task costs more than their
     work). A batch's failure is its error text; a full output volume stops the task (no batch can succeed).
     A retried task skips the batches it committed (they are current)."""
     done = _each(
         units,
-        lambda unit: build_batch(unit[0], unit[1], cfg, host_share=host_share),
+        lambda unit: build_batch(unit[0], unit[1], work, host_share=host_share),
         retries=BATCH_RETRIES,
         raising=(OutputFullError,),
     )
@@ -141,16 +141,16 @@ def build_batch_task(
 @task(name="gate", task_run_name="gate {label}")
 @returns_freed_memory
 def gate_task(
-    cfg: RunConfig, entries: list[SubsetEntry], run_id: str, label: str = ""
+    work: GateWork, entries: list[SubsetEntry], run_id: str, label: str = ""
 ) -> list[GateResult | SubsetFailure]:
     """The gate of each subset of the group, in one process (one Great Expectations context), the
     subsets' validations shared (:func:`~..tasks.gate.gate_subsets`)."""
-    overrides = load_overrides(cfg.gate.gate_overrides)
-    layout = OutputLayout(cfg.out)
+    overrides = load_overrides(work.gate.gate_overrides)
+    layout = OutputLayout(work.out)
     by_name = {e.subset: e for e in entries}
 
     def gate(subset: str) -> GateResult:
-        result = gate_subset(cfg, by_name[subset], run_id=run_id, overrides=overrides)
+        result = gate_subset(work, by_name[subset], run_id=run_id, overrides=overrides)
         return record(result)
 
     def record(result: GateResult) -> GateResult:
@@ -158,7 +158,7 @@ def gate_task(
         return result
 
     try:
-        results = gate_subsets(cfg, list(by_name.values()), run_id=run_id, overrides=overrides)
+        results = gate_subsets(work, list(by_name.values()), run_id=run_id, overrides=overrides)
     except Exception:  # noqa: BLE001 - e.g. a subset's unreadable manifests: each alone, so it fails alone
         return _each(list(by_name), gate)
     return _each(results, record)
@@ -173,21 +173,21 @@ def gate_task(
 )
 @returns_freed_memory
 def publish_task(
-    cfg: RunConfig, subsets: list[str], run_id: str, label: str = ""
+    work: PublishWork, subsets: list[str], run_id: str, label: str = ""
 ) -> list[PublishResult | SubsetFailure]:
     """Each subset of the group published in turn; a failed publish is tried once more."""
-    layout = OutputLayout(cfg.out)
+    layout = OutputLayout(work.out)
 
     def publish(subset: str) -> PublishResult:
         # The shards suite checks the staged dataset before the swap (skipped with the rest of the gate).
-        check = None if cfg.gate.skip_gate else shards_check(layout, subset, run_id=run_id)
+        check = None if work.gate.skip_gate else shards_check(layout, subset, run_id=run_id)
         return publish_subset(
             layout,
             subset,
-            shard_max_bytes=cfg.shards.shard_max_bytes,
-            shard_max_samples=cfg.shards.shard_max_samples,
-            sample_format=cfg.shards.sample_format,
-            store=cfg.store_url,
+            shard_max_bytes=work.shards.shard_max_bytes,
+            shard_max_samples=work.shards.shard_max_samples,
+            sample_format=work.shards.sample_format,
+            store=work.store,
             check=check,
         )
 

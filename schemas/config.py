@@ -418,15 +418,23 @@ class RunConfig(_Options):
         return RunConfig.of(**(self.flat() | flat))
 
     def media_fingerprint(self) -> str:
-        """Hash of every option that changes a batch's manifests or media bytes: the sub-models named by
-        :data:`BATCH_INPUTS`, whole, and the code version."""
-        payload = {name: getattr(self, name).model_dump(mode="json") for name in BATCH_INPUTS}
-        payload["pipeline_version"] = PIPELINE_VERSION
-        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        """Hash of every option that changes a batch's manifests or media bytes: :func:`batch_inputs_hash`
+        of the :data:`BATCH_INPUTS` sub-models."""
+        return batch_inputs_hash({name: getattr(self, name) for name in BATCH_INPUTS})
 
     @property
     def store_url(self) -> str:
         return self.fetch.store or f"{self.out.rstrip('/')}/store"
+
+
+def batch_inputs_hash(inputs: dict[str, BaseModel]) -> str:
+    """Hash of the sub-models named by :data:`BATCH_INPUTS` (by those names), whole, and the code version:
+    the one formula of a run's and a batch stage's (``schemas/stage_options.py``) media fingerprint."""
+    if set(inputs) != set(BATCH_INPUTS):
+        raise ValueError(f"a batch fingerprint hashes {BATCH_INPUTS}, not {tuple(sorted(inputs))}")
+    payload: dict[str, Any] = {name: model.model_dump(mode="json") for name, model in inputs.items()}
+    payload["pipeline_version"] = PIPELINE_VERSION
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 _SUBMODELS: Final = tuple(

@@ -8,9 +8,8 @@ its references media rows, and each ok sample a shard record.
 
 from __future__ import annotations
 
-from ...schemas.config import RunConfig
 from ...schemas.records import Record, Reject, SubsetEntry
-from ..geometry import geometry_of
+from ...schemas.stage_options import BatchWork
 from ..manifests import OutputLayout
 from ..parse import parse_batch
 from ..storage import ContentStore, url_to_fs
@@ -18,31 +17,31 @@ from .knobs import record_drop
 from .media_step import MediaStep
 from .sample import SampleSteps
 from .stats import BatchStats, StageClock
-from .tokens_step import TokenStep, get_tokenizer
+from .tokens_step import TokenStep, get_tokenizer, model_geometry
 from .write import RETRY_SUFFIX, BatchParts, batch_fingerprint, batch_is_current, write_batch
 
 
 def build_batch(
-    entry: SubsetEntry, index: int, cfg: RunConfig, *, force: bool = False, host_share: int = 1
+    entry: SubsetEntry, index: int, work: BatchWork, *, force: bool = False, host_share: int = 1
 ) -> BatchStats:
     """Process batch ``index`` of ``entry`` and commit its manifest parts; skip it when already current.
     ``host_share``: the batches fetching at once across the run, which split the per-host limits."""
-    layout = OutputLayout(cfg.out)
-    if not force and (committed := batch_is_current(layout, entry, index, cfg)) is not None:
+    layout = OutputLayout(work.out)
+    if not force and (committed := batch_is_current(layout, entry, index, work)) is not None:
         return committed
     clock = StageClock()
     with clock.timed("setup"):
-        geometry = geometry_of(cfg)
-        tokens = TokenStep(cfg, geometry, get_tokenizer(cfg))
-        media = MediaStep(entry, cfg, geometry, ContentStore(cfg.store_url), host_share)
+        geometry = model_geometry(work.tokens, work.media)
+        tokens = TokenStep(work.tokens, geometry, get_tokenizer(work.tokens))
+        media = MediaStep(entry, work, geometry, ContentStore(work.store), host_share)
         data = _read_batch(entry, index)
     with clock.timed("parse"):
-        items = _parse(data, entry, index, cfg)
+        items = _parse(data, entry, index, work)
     with clock.timed("media"):  # fetch the batch's objects, working the media of the kept samples meanwhile
         records = [it for it in items if isinstance(it, Record)]
-        media.prefetch(records, wanted=[r for r in records if not record_drop(r, cfg)])
+        media.prefetch(records, wanted=[r for r in records if not record_drop(r, work.tokens)])
 
-    steps = SampleSteps(entry.subset, cfg, media, tokens, clock)
+    steps = SampleSteps(entry.subset, work.tokens, work.batches.val_fraction, media, tokens, clock)
     parts, stats = BatchParts(), BatchStats(batches=1)
     for item in items:
         finished = steps.run(item)
@@ -50,7 +49,7 @@ def build_batch(
         stats.count(finished.row, finished.media)
     media.add_counts(stats)
 
-    fingerprint = batch_fingerprint(entry, index, cfg)
+    fingerprint = batch_fingerprint(entry, index, work)
     if media.transient_failures:  # recorded, but not current: the next run retries the batch
         fingerprint += RETRY_SUFFIX
     write_batch(layout, entry, index, fingerprint, parts, stats, clock)
@@ -77,12 +76,12 @@ def batch_lines_of(entry: SubsetEntry, index: int, batch_lines: int) -> tuple[in
     return firsts[index], last
 
 
-def _parse(data: bytes, entry: SubsetEntry, index: int, cfg: RunConfig) -> list[Record | Reject]:
-    first_line, last_line = batch_lines_of(entry, index, cfg.batches.batch_lines)
+def _parse(data: bytes, entry: SubsetEntry, index: int, work: BatchWork) -> list[Record | Reject]:
+    first_line, last_line = batch_lines_of(entry, index, work.batches.batch_lines)
     return parse_batch(
         data,
         first_line,
-        allowed_schemes=cfg.media.allowed_url_schemes,
+        allowed_schemes=work.media.allowed_url_schemes,
         duplicates=entry.duplicates_in(first_line, last_line),
         conflicts=entry.conflicts_in(first_line, last_line),
         subset=entry.subset,

@@ -12,10 +12,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
-from ...schemas.config import RunConfig
 from ...schemas.reasons import reason
 from ...schemas.records import MediaRef, Record, SubsetEntry
 from ...schemas.rows import MediaRow
+from ...schemas.stage_options import BatchWork
 from ..catalog import find_recipe
 from ..fetch import (
     FetchContext,
@@ -58,28 +58,29 @@ class MediaStep:
     def __init__(
         self,
         entry: SubsetEntry,
-        cfg: RunConfig,
+        work: BatchWork,
         geometry: ModelGeometry,
         store: ContentStore,
         host_share: int = 1,
     ) -> None:
-        self.entry, self.cfg, self.store, self.host_share = entry, cfg, store, host_share
-        self.normalise = Normaliser(cfg, geometry, store)
-        timeout = cfg.fetch.fetch_batch_timeout  # the batch deadline also bounds indexing the media tars
+        self.entry, self.store, self.host_share = entry, store, host_share
+        self.fetch_options, self.media_options = work.fetch, work.media
+        self.normalise = Normaliser(work, geometry, store)
+        timeout = work.fetch.fetch_batch_timeout  # the batch deadline also bounds indexing the media tars
         self.resolver = MediaResolver(
             entry.path,
             entry.media_tars,
-            cfg.media.media_roots,
+            work.media.media_roots,
             storage_options=entry.storage_options,
             deadline=None if timeout is None else time.monotonic() + timeout,
         )
         # With a media recipe that names a source beyond the release's own media (remote or a local folder),
         # the fetch stage answers every reference.
-        recipe = find_recipe(entry.subset, cfg.media.catalogs)
+        recipe = find_recipe(entry.subset, work.media.catalogs)
         self.recipe = recipe if recipe is not None and recipe.fetches else None
         self.fetched: dict[str, FetchOutcome] = {}
         self.fetch_stats = FetchStats()
-        self.staged = cfg.source.source_format != "nemotron"
+        self.staged = work.staged
         self._cache: dict[tuple[str, str], MediaOutcome] = {}
 
     def prefetch(self, records: list[Record], wanted: list[Record]) -> None:
@@ -90,10 +91,13 @@ class MediaStep:
         if self.recipe is None or not refs:
             return
         options = FetchKnobs.for_run(
-            self.cfg.fetch, self.host_share, honour_robots_tag=not self.cfg.media.ignore_robots_tag
+            self.fetch_options, self.host_share, honour_robots_tag=not self.media_options.ignore_robots_tag
         )
         context = FetchContext(
-            self.entry.path, self.entry.media_tars, self.cfg.media.media_roots, self.cfg.fetch.env_allow
+            self.entry.path,
+            self.entry.media_tars,
+            self.media_options.media_roots,
+            self.fetch_options.env_allow,
         )
         users: dict[str, list[tuple[MediaRef, Record]]] = {}
         for record in wanted:

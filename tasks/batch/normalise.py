@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Protocol
 
-from ...schemas.config import RunConfig
+from ...schemas.config import MediaOptions, TokenOptions
 from ...schemas.reasons import reason
 from ...schemas.rows import MediaRow
 from ..geometry import ModelGeometry, VideoSpec
@@ -57,6 +57,18 @@ def _media_failure(row: MediaRow, code: str | None, detail: str | None) -> Media
     return rejected(row, reason(str(code), detail), reason("media_error", f"{row.ref}: {code}"))
 
 
+class MediaSettings(Protocol):
+    """What the normaliser reads of a run: the media options, and the feed path (whether stored images are
+    aligned to the model's grid). The batch stage's ``BatchWork`` has both, and so has a ``RunConfig`` (the
+    estimate's disk sampler normalises as a run would, from its config)."""
+
+    @property
+    def media(self) -> MediaOptions: ...
+
+    @property
+    def tokens(self) -> TokenOptions: ...
+
+
 class _Normalise(Protocol):
     def __call__(self, row: MediaRow, data: bytes) -> MediaOutcome: ...
 
@@ -64,11 +76,12 @@ class _Normalise(Protocol):
 class Normaliser:
     """Turns a reference's bytes into stored media (cached nothing: the media step caches per reference)."""
 
-    def __init__(self, cfg: RunConfig, geometry: ModelGeometry, store: ContentStore) -> None:
-        self.cfg, self.geometry, self.store = cfg, geometry, store
-        self.accepted_formats = accepted_image_formats(cfg.media.extra_image_formats)
+    def __init__(self, settings: MediaSettings, geometry: ModelGeometry, store: ContentStore) -> None:
+        self.options, self.geometry, self.store = settings.media, geometry, store
+        self.align_to_grid = FEED_PATHS[settings.tokens.feed_path].align_images
+        self.accepted_formats = accepted_image_formats(self.options.extra_image_formats)
         videos: dict[str, _Normalise] = {"keep": self.video_kept, "frames": self.video_frames}
-        self.by_kind: dict[str, _Normalise] = {"image": self.image, "video": videos[cfg.media.video_mode]}
+        self.by_kind: dict[str, _Normalise] = {"image": self.image, "video": videos[self.options.video_mode]}
 
     def __call__(self, row: MediaRow, data: bytes) -> MediaOutcome:
         return self.by_kind[row.kind](row, data)
@@ -78,12 +91,12 @@ class Normaliser:
             data,
             target_size=self.geometry.stored_image_size,
             max_pixels=self.geometry.max_pixels,
-            max_image_pixels=self.cfg.media.max_image_pixels,
-            image_format=self.cfg.media.image_format,
+            max_image_pixels=self.options.max_image_pixels,
+            image_format=self.options.image_format,
             min_pixels=self.geometry.min_pixels,
-            min_side=self.cfg.media.min_image_side,
+            min_side=self.options.min_image_side,
             accepted_formats=self.accepted_formats,
-            align_to_grid=FEED_PATHS[self.cfg.tokens.feed_path].align_images,
+            align_to_grid=self.align_to_grid,
         )
         row.format, row.width, row.height, row.notes = res.format, res.width, res.height, ",".join(res.notes)
         if res.status != "ok" or res.out_bytes is None:
@@ -98,7 +111,7 @@ class Normaliser:
     def video_kept(self, row: MediaRow, data: bytes) -> MediaOutcome:
         """``--video-mode keep``: the video bytes go to the shard; only the sampled frames are decoded."""
         res = probe_video(
-            data, choose_frames=self.geometry.choose_frames, timeout_s=self.cfg.media.video_timeout_s
+            data, choose_frames=self.geometry.choose_frames, timeout_s=self.options.video_timeout_s
         )
         _record_probe(row, res)
         if res.status != "ok":
@@ -116,13 +129,13 @@ class Normaliser:
     def video_frames(self, row: MediaRow, data: bytes) -> MediaOutcome:
         """``--video-mode frames``: the sampled frames, upright, at the model's frame size, stored as images;
         training reads them as they are (no video decode, no resize)."""
-        fmt = "jpeg" if self.cfg.media.image_format == "keep" else self.cfg.media.image_format
+        fmt = "jpeg" if self.options.image_format == "keep" else self.options.image_format
         vf = sample_frames(
             data,
             choose_frames=self.geometry.choose_frames,
             frame_size=self.geometry.frame_size,
             image_format=fmt,
-            timeout_s=self.cfg.media.video_timeout_s,
+            timeout_s=self.options.video_timeout_s,
         )
         _record_probe(row, vf.video)
         if vf.status != "ok" or vf.ext is None:

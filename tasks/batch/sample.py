@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...schemas.config import RunConfig
+from ...schemas.config import TokenOptions
 from ...schemas.reasons import REASONS, code_of, reason
 from ...schemas.records import Record, Reject
 from ...schemas.rows import MediaRow, SampleRow
@@ -40,9 +40,16 @@ class SampleSteps:
     """The per-sample steps of one batch (holding the keys its samples took)."""
 
     def __init__(
-        self, subset: str, cfg: RunConfig, media: MediaStep, tokens: TokenStep, clock: StageClock
+        self,
+        subset: str,
+        knobs: TokenOptions,
+        val_fraction: float,
+        media: MediaStep,
+        tokens: TokenStep,
+        clock: StageClock,
     ) -> None:
-        self.subset, self.cfg, self.media, self.tokens, self.clock = subset, cfg, media, tokens, clock
+        self.subset, self.knobs, self.val_fraction = subset, knobs, val_fraction
+        self.media, self.tokens, self.clock = media, tokens, clock
         self.keys: dict[str, int] = {}  # sample key -> the line that took it
 
     def run(self, item: Record | Reject) -> Finished:
@@ -57,7 +64,7 @@ class SampleSteps:
             n_videos=len(item.media) - images,
             id_conflict_of=item.id_conflict_of,
         )
-        if drop := record_drop(item, self.cfg):
+        if drop := record_drop(item, self.knobs):
             return stop(row, drop)
 
         with self.clock.timed("media"):
@@ -71,7 +78,7 @@ class SampleSteps:
             except ValueError as exc:  # e.g. a video too short for the model's temporal patch
                 return stop(row, reason("token_count_error", str(exc)), media.rows)
             _set_tokens(row, counted)
-            if drop := token_drop(counted, self.cfg):
+            if drop := token_drop(counted, self.knobs):
                 return stop(row, drop, media.rows)
             _set_fit(row, counted)
 
@@ -81,7 +88,7 @@ class SampleSteps:
                 row, reason("duplicate_key", f"{key} already used by line {self.keys[key]}"), media.rows
             )
         self.keys[key] = item.line
-        row.key, row.split = key, split_for_key(key, self.cfg.batches.val_fraction)
+        row.key, row.split = key, split_for_key(key, self.val_fraction)
         return Finished(row, media.rows, shard_record(item, row, media.rows))
 
 

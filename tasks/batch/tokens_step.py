@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
-from ...schemas.config import RunConfig
+from ...schemas.config import MediaOptions, TokenOptions
 from ...schemas.records import Record
 from ...schemas.rows import MediaRow
 from ..geometry import ModelGeometry, load_preset
@@ -30,9 +30,15 @@ def _tokenizer(model: str, model_dir: str | None, path: str | None) -> TextToken
     return TextTokenizer.for_preset(load_preset(model, model_dir), path or model_dir)
 
 
-def get_tokenizer(cfg: RunConfig) -> TextTokenizer:
+def get_tokenizer(tokens: TokenOptions) -> TextTokenizer:
     """The run's text tokenizer (cached per worker process: building one costs ~1 s)."""
-    return _tokenizer(cfg.tokens.model, cfg.tokens.model_dir, cfg.tokens.tokenizer)
+    return _tokenizer(tokens.model, tokens.model_dir, tokens.tokenizer)
+
+
+@lru_cache(maxsize=4)
+def model_geometry(tokens: TokenOptions, media: MediaOptions) -> ModelGeometry:
+    """The geometry of the run's model and knobs (its preset loaded once per worker process)."""
+    return ModelGeometry.of(load_preset(tokens.model, tokens.model_dir), tokens, media)
 
 
 @dataclass
@@ -55,10 +61,10 @@ class CountedSample:
 
 
 class TokenStep:
-    def __init__(self, cfg: RunConfig, geometry: ModelGeometry, tokenizer: TextTokenizer) -> None:
-        self.options, self.tokenizer = cfg.tokens, tokenizer
+    def __init__(self, tokens: TokenOptions, geometry: ModelGeometry, tokenizer: TextTokenizer) -> None:
+        self.options, self.tokenizer = tokens, tokenizer
         self.preset, self.max_pixels = geometry.preset, geometry.max_pixels_knob
-        self.feed = FEED_PATHS[cfg.tokens.feed_path]
+        self.feed = FEED_PATHS[tokens.feed_path]
 
     def count(self, record: Record, media: SampleMedia) -> CountedSample:
         """Count the sample's tokens and write each media row's visual tokens. ``ValueError`` when they

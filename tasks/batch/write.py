@@ -1,7 +1,8 @@
 """Committing a batch: its fingerprint, its three manifest parts, and the check that skips a current batch.
 
 The fingerprint hashes the batch's bytes (the JSONL's hash and the batch's offsets) and every option that can
-change its output (:meth:`RunConfig.media_fingerprint`, which hashes the ``BATCH_INPUTS`` sub-models whole).
+change its output (:meth:`BatchWork.media_fingerprint`, which hashes the ``BATCH_INPUTS`` sub-models whole,
+as :meth:`RunConfig.media_fingerprint` does: the same bytes, so a run's outputs stay current).
 The ``samples`` part is written last and carries the fingerprint and the stats, so it doubles as the
 completion marker (img2dataset's stats-file-as-marker idea): a batch killed mid-write is redone.
 """
@@ -11,9 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ...schemas.config import RunConfig
 from ...schemas.records import SubsetEntry
 from ...schemas.rows import MediaRow, SampleRow
+from ...schemas.stage_options import BatchWork
 from ..manifests import (
     FINGERPRINT_KEY,
     STATS_KEY,
@@ -30,18 +31,18 @@ from .stats import BatchStats, StageClock
 RETRY_SUFFIX = ":retry"
 
 
-def batch_fingerprint(entry: SubsetEntry, index: int, cfg: RunConfig) -> str:
+def batch_fingerprint(entry: SubsetEntry, index: int, work: BatchWork) -> str:
     start, end = entry.batch_offsets[index], entry.batch_offsets[index + 1]
-    payload = f"{entry.jsonl_sha256}:{start}:{end}:{cfg.batches.batch_lines}:{cfg.media_fingerprint()}"
+    payload = f"{entry.jsonl_sha256}:{start}:{end}:{work.batches.batch_lines}:{work.media_fingerprint()}"
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
 
 def batch_is_current(
-    layout: OutputLayout, entry: SubsetEntry, index: int, cfg: RunConfig
+    layout: OutputLayout, entry: SubsetEntry, index: int, work: BatchWork
 ) -> BatchStats | None:
     """The committed stats of the batch when its samples part matches the current fingerprint."""
     meta = part_metadata(layout, layout.part("samples", entry.subset, index))
-    if not meta or meta.get(FINGERPRINT_KEY) != batch_fingerprint(entry, index, cfg).encode():
+    if not meta or meta.get(FINGERPRINT_KEY) != batch_fingerprint(entry, index, work).encode():
         return None
     return BatchStats.from_dict(json.loads(meta.get(STATS_KEY, b"{}"))).as_done_earlier()
 

@@ -342,7 +342,10 @@ def refresh_config(
     license_allow: Sequence[str] = (),
     overrides: Mapping[str, Any] | None = None,
 ) -> RunConfig:
-    """A refresh's run options: the last run's (reruns are built like the rest), then ``overrides``."""
+    """A refresh's run options: the last run's (reruns are built like the rest), then ``overrides``.
+
+    It makes a whole ``RunConfig`` (the one stage function that does) because a refresh is a run: its config
+    goes to the run flow, which hands each stage its own options (``schemas/stage_options.py``)."""
     known = RunConfig.of(release=release, out=out).flat()
     last = RunConfig.flatten(last_run_options(out) or {})
     options: dict[str, Any] = {k: v for k, v in last.items() if k in known and k not in _EXECUTION_OPTIONS}

@@ -4,7 +4,7 @@ and its shards. A subset that fails is not published; its previous dataset stays
 Reads top to bottom: the effective parameters (:mod:`.params`), the DuckDB profiles of the manifests
 (:mod:`.profiles`), each suite validated over its profile (:mod:`.validate`), drift against the last
 published run (:mod:`.drift`). :func:`gate_subset` is the one entry: what a subset's gate reads, from the
-run's options, the model preset and the output folder (:func:`gate_inputs`), then validated
+run's gate options, model and knobs (``GateWork``) and the output folder (:func:`gate_inputs`), then validated
 (:func:`gate_one`; tests put rows built to break an expectation in place of the manifests between the two).
 The ``shards`` suite runs later, on the staged Energon dataset (:mod:`.shards`).
 """
@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..batch import model_geometry
 from ..errors import ConfigError
-from ..geometry import geometry_of
 from ..manifests import OutputLayout
 from .drift import Baseline, drift_profile, last_published
 from .params import GateOverrides, gate_params, load_overrides
@@ -27,22 +27,22 @@ from .suite_run import run_suite
 from .suites import GATE_SUITES
 
 if TYPE_CHECKING:
-    from ...schemas.config import RunConfig
     from ...schemas.records import SubsetEntry
+    from ...schemas.stage_options import GateWork
 
 
 def gate_subset(
-    cfg: RunConfig,
+    work: GateWork,
     entry: SubsetEntry,
     *,
     run_id: str | None = None,
     overrides: GateOverrides | None = None,
 ) -> GateResult:
-    """The flow's gate for one subset: its manifests under ``cfg.out``, the run's options, the model
-    preset, the gate overrides (``cfg.gate.gate_overrides``) and the subset's last published run."""
+    """The flow's gate for one subset: its manifests under ``work.out``, the gate options, the model and
+    knobs, the gate overrides (``work.gate.gate_overrides``) and the subset's last published run."""
     if overrides is None:
-        overrides = load_overrides(cfg.gate.gate_overrides)
-    return gate_one(gate_inputs(cfg, entry, run_id=run_id, overrides=overrides))
+        overrides = load_overrides(work.gate.gate_overrides)
+    return gate_one(gate_inputs(work, entry, run_id=run_id, overrides=overrides))
 
 
 @dataclass(frozen=True)
@@ -59,11 +59,11 @@ class GateInputs:
 
 
 def gate_inputs(
-    cfg: RunConfig, entry: SubsetEntry, *, run_id: str | None, overrides: GateOverrides
+    work: GateWork, entry: SubsetEntry, *, run_id: str | None, overrides: GateOverrides
 ) -> GateInputs:
-    """The gate inputs of one subset of the run ``cfg`` (its manifests under ``cfg.out``)."""
-    layout = OutputLayout(cfg.out)
-    geometry = geometry_of(cfg)
+    """The gate inputs of one subset of the run (its manifests under ``work.out``)."""
+    layout = OutputLayout(work.out)
+    geometry = model_geometry(work.tokens, work.media)
     return GateInputs(
         subset=entry.subset,
         samples=ManifestParts.of(layout, "samples", entry.subset),
@@ -72,9 +72,9 @@ def gate_inputs(
             entry.subset,
             max_pixels=geometry.max_pixels,
             min_pixels=geometry.min_pixels,
-            seq_len=cfg.tokens.seq_len,
-            max_num_images=cfg.tokens.max_num_images,
-            max_reject_rate=cfg.gate.max_reject_rate,
+            seq_len=work.tokens.seq_len,
+            max_num_images=work.tokens.max_num_images,
+            max_reject_rate=work.gate.max_reject_rate,
             overrides=overrides,
         )
         | {

@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     import duckdb
     import pandas as pd
 
-    from ...schemas.config import RunConfig
     from ...schemas.records import SubsetEntry
+    from ...schemas.stage_options import GateWork
     from .params import GateOverrides
 
 GROUP_META = "vlmforge_group"  # the meta key of a stored group result: the subsets it validated
@@ -62,15 +62,15 @@ SUITES_WITH_VIEWS = ("samples", "media")  # their failure lines quote manifest r
 
 
 def gate_subsets(
-    cfg: RunConfig,
+    work: GateWork,
     entries: Sequence[SubsetEntry],
     run_id: str | None = None,
     overrides: GateOverrides | None = None,
 ) -> list[GateResult]:
     """The flow's gate of several subsets (:func:`.check.gate_subset` of each, validations shared)."""
     if overrides is None:
-        overrides = load_overrides(cfg.gate.gate_overrides)
-    return gate_group([gate_inputs(cfg, e, run_id=run_id, overrides=overrides) for e in entries])
+        overrides = load_overrides(work.gate.gate_overrides)
+    return gate_group([gate_inputs(work, e, run_id=run_id, overrides=overrides) for e in entries])
 
 
 @dataclass

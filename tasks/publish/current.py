@@ -25,8 +25,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ...schemas.config import PIPELINE_VERSION, RunConfig
+from ...schemas.config import PIPELINE_VERSION
 from ...schemas.records import SubsetEntry
+from ...schemas.stage_options import PublishWork
 from ..batch import batch_fingerprint
 from ..gate import load_overrides, suites_digest
 from ..manifests import OutputLayout
@@ -48,8 +49,9 @@ class CurrentPublish:
     recorded: str = ""
 
 
-def publish_fingerprint(entry: SubsetEntry, cfg: RunConfig) -> str:
-    """Hash of the inputs, options and code version that decide ``entry``'s gate verdict and dataset."""
+def publish_fingerprint(entry: SubsetEntry, work: PublishWork) -> str:
+    """Hash of the inputs, options and code version that decide ``entry``'s gate verdict and dataset (the
+    batch, shard and gate options: why it takes the batch stage's options too)."""
     payload: dict[str, Any] = {
         "subset": entry.subset,
         "readme_sha256": entry.readme_sha256,
@@ -57,10 +59,10 @@ def publish_fingerprint(entry: SubsetEntry, cfg: RunConfig) -> str:
         "license": entry.license,
         "media_recipe_sha256": entry.media_recipe_sha256,
         "media_tars": list(entry.media_tars),
-        "batches": [batch_fingerprint(entry, i, cfg) for i in range(len(entry.batch_offsets) - 1)],
-        "shards": cfg.shards.model_dump(mode="json"),
-        "gate": cfg.gate.model_dump(mode="json", exclude={"gate_overrides"}),
-        "overrides": [[k, dict(v)] for k, v in load_overrides(cfg.gate.gate_overrides).entries],
+        "batches": [batch_fingerprint(entry, i, work.batch) for i in range(len(entry.batch_offsets) - 1)],
+        "shards": work.shards.model_dump(mode="json"),
+        "gate": work.gate.model_dump(mode="json", exclude={"gate_overrides"}),
+        "overrides": [[k, dict(v)] for k, v in load_overrides(work.gate.gate_overrides).entries],
         "suites": suites_digest(),
         "pipeline_version": PIPELINE_VERSION,
     }

@@ -30,7 +30,7 @@ from typing import Any, Final
 
 from fsspec import AbstractFileSystem
 
-from ...schemas.config import RunConfig
+from ...schemas.config import SourceOptions
 from ...schemas.records import SubsetEntry
 from ..catalog import release_revision
 from ..errors import ReleaseError
@@ -211,31 +211,36 @@ def _read_json(fs: AbstractFileSystem, path: str) -> dict[str, Any] | None:
 # --- the run's source -----------------------------------------------------------------------------
 
 
-def stage_run_source(cfg: RunConfig) -> tuple[RunConfig, StagedRelease | None]:
+def stage_run_source(
+    source: SourceOptions, out: str, store: str
+) -> tuple[SourceOptions, StagedRelease | None]:
     """With ``--format`` other than nemotron: stage the source as a Nemotron-layout release under
-    ``OUT/staging/<format>/`` (media into the store) and return the config the rest of the run uses."""
-    if cfg.source.source_format == "nemotron":
-        if cfg.source.source_configs:
+    ``OUT/staging/<format>/`` (media into the store at ``store``) and return the source options the rest of
+    the run reads (the staged release, every staged subset unless some were named)."""
+    if source.source_format == "nemotron":
+        if source.source_configs:
             raise ReleaseError("--config selects configs of a staged source: give --format too")
-        return cfg, None
+        return source, None
     staged = stage_source(
-        cfg.source.release,
-        cfg.source.source_format,
-        cfg.out,
-        cfg.store_url,
-        configs=cfg.source.source_configs,
-        storage_options=cfg.source.storage_options,
+        source.release,
+        source.source_format,
+        out,
+        store,
+        configs=source.source_configs,
+        storage_options=source.storage_options,
     )
-    unknown = sorted(set(cfg.source.subsets) - set(staged.subsets))
+    unknown = sorted(set(source.subsets) - set(staged.subsets))
     if unknown:
         raise ReleaseError(
-            f"subset(s) {', '.join(unknown)} not staged from {cfg.source.release!r}; "
+            f"subset(s) {', '.join(unknown)} not staged from {source.release!r}; "
             f"staged: {', '.join(staged.subsets)}"
         )
-    work = cfg.replace(
-        release=staged.root, storage_options={}, subsets=cfg.source.subsets or tuple(staged.subsets)
-    )
-    return work, staged
+    work = source.model_dump() | {
+        "release": staged.root,
+        "storage_options": {},
+        "subsets": source.subsets or tuple(staged.subsets),
+    }
+    return SourceOptions.model_validate(work), staged
 
 
 def as_released(entries: list[SubsetEntry], release: str) -> list[SubsetEntry]:

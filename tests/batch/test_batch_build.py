@@ -11,6 +11,7 @@ from batch_release import DROPPED_BY, KNOBS, LINES, SUBSET, config, make_release
 
 from vlmforge.schemas.reasons import REASONS, code_of
 from vlmforge.schemas.records import SubsetEntry
+from vlmforge.schemas.stage_options import BatchWork
 from vlmforge.tasks.batch.batch_pipeline import build_batch
 from vlmforge.tasks.batch.knobs import RECORD_KNOBS, TOKEN_KNOBS
 from vlmforge.tasks.batch.stats import BatchStats
@@ -21,7 +22,7 @@ def _built(
     root: Path, entry: SubsetEntry, **options: Any
 ) -> tuple[BatchStats, list[dict[str, Any]], OutputLayout]:
     cfg = config(root, **options)
-    stats = build_batch(entry, 0, cfg)
+    stats = build_batch(entry, 0, BatchWork.of(cfg))
     layout = OutputLayout(cfg.out)
     return stats, read_table(layout, "samples", SUBSET).to_pylist(), layout
 
@@ -88,12 +89,12 @@ def test_truncate_keeps_the_sample_and_records_the_cut(release: tuple[Path, Subs
 def test_a_current_batch_is_skipped_with_its_committed_counts(release: tuple[Path, SubsetEntry]) -> None:
     root, entry = release
     first, _, _ = _built(root, entry)
-    again = build_batch(entry, 0, config(root))
+    again = build_batch(entry, 0, BatchWork.of(config(root)))
     assert again.skipped_batches == 1 and (again.ok, again.rejected, again.lines) == (
         first.ok,
         first.rejected,
         first.lines,
     )
     assert again.media_seconds == 0.0 and again.media_refs == 0  # work of an earlier run is not this run's
-    forced = build_batch(entry, 0, config(root), force=True)
+    forced = build_batch(entry, 0, BatchWork.of(config(root)), force=True)
     assert forced.skipped_batches == 0 and forced.ok == first.ok

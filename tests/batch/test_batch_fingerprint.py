@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from vlmforge.schemas.config import BATCH_INPUTS, BATCH_NEUTRAL, RunConfig
 from vlmforge.schemas.records import SubsetEntry
+from vlmforge.schemas.stage_options import BatchWork
 from vlmforge.tasks.batch.batch_pipeline import build_batch
 from vlmforge.tasks.batch.write import batch_is_current
 from vlmforge.tasks.manifests import OutputLayout
@@ -60,9 +61,9 @@ def committed(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunConfig, Subs
     root = tmp_path_factory.mktemp("fingerprint")
     entry = make_release(root)
     cfg = config(root)
-    build_batch(entry, 0, cfg)
+    build_batch(entry, 0, BatchWork.of(cfg))
     layout = OutputLayout(cfg.out)
-    assert batch_is_current(layout, entry, 0, cfg) is not None
+    assert batch_is_current(layout, entry, 0, BatchWork.of(cfg)) is not None
     return cfg, entry, layout
 
 
@@ -78,5 +79,5 @@ def test_a_batch_is_redone_exactly_when_an_output_option_changes(
     dump[sub][name] = value
     changed = RunConfig.model_validate(dump)
     assert getattr(getattr(changed, sub), name) != current, (sub, name, value)
-    redone = batch_is_current(layout, entry, 0, changed) is None
+    redone = batch_is_current(layout, entry, 0, BatchWork.of(changed)) is None
     assert redone == (sub in BATCH_INPUTS), f"{sub}.{name} = {value!r}"

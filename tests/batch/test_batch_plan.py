@@ -11,6 +11,7 @@ import pytest
 from batch_release import config
 
 from vlmforge.schemas.records import SubsetEntry
+from vlmforge.schemas.stage_options import BatchWork
 from vlmforge.tasks.batch.batch_pipeline import batch_lines_of, build_batch
 from vlmforge.tasks.catalog.batch_plan import media_count
 from vlmforge.tasks.catalog.release_catalog import catalog_release
@@ -109,7 +110,7 @@ def test_every_line_of_a_split_plan_ends_as_one_row(tmp_path: Path) -> None:
     release = _release(tmp_path, [_text(i) for i in range(7)] + [_text(2)])  # line 8 repeats line 3
     (entry,) = catalog_release(str(release), batch_lines=2000, min_batches=3)
     cfg = config(release)
-    stats = [build_batch(entry, i, cfg) for i in range(len(entry.batch_offsets) - 1)]
+    stats = [build_batch(entry, i, BatchWork.of(cfg)) for i in range(len(entry.batch_offsets) - 1)]
     rows = read_table(OutputLayout(cfg.out), "samples", "s").to_pylist()
     assert len(stats) == 3
     assert [r["line"] for r in rows] == list(range(1, 9))

@@ -19,6 +19,7 @@ from PIL import Image
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.reasons import code_of
 from vlmforge.schemas.records import SubsetEntry
+from vlmforge.schemas.stage_options import BatchWork
 from vlmforge.schemas.trainers import TRAINERS
 from vlmforge.tasks.batch.batch_pipeline import build_batch
 from vlmforge.tasks.manifests import OutputLayout, read_table
@@ -110,7 +111,7 @@ def test_visual_tokens_and_drops_equal_the_bridge_encoders(tmp_path: Path, train
     cfg = RunConfig.of(
         release=str(tmp_path), out=str(tmp_path / "out"), **(preset | {"max_visual_tokens": VISUAL_LIMIT})
     )
-    build_batch(entry, 0, cfg)
+    build_batch(entry, 0, BatchWork.of(cfg))
     layout, store = OutputLayout(cfg.out), ContentStore(cfg.store_url)
     samples = {r["sample_id"]: r for r in read_table(layout, "samples", SUBSET).to_pylist()}
     media = read_table(layout, "media", SUBSET).to_pylist()

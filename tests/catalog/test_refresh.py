@@ -16,6 +16,7 @@ import pytest
 
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.records import SubsetEntry
+from vlmforge.schemas.stage_options import BatchWork
 from vlmforge.tasks.catalog.refresh import (
     catalog_columns,
     change_reasons,
@@ -149,7 +150,7 @@ def _run(release: Path, out: Path, subsets: list[str], run_id: str) -> None:
         n = len(e.batch_offsets) - 1
         remove_parts_from(layout, e.subset, n)
         for i in range(n):
-            build_batch(e, i, cfg)
+            build_batch(e, i, BatchWork.of(cfg))
         publish_subset(
             layout,
             e.subset,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.records import SubsetEntry
+from vlmforge.schemas.stage_options import BatchWork
 
 
 def build_out(release: Path, out: Path) -> tuple[RunConfig, list[SubsetEntry]]:
@@ -18,5 +19,5 @@ def build_out(release: Path, out: Path) -> tuple[RunConfig, list[SubsetEntry]]:
     entries = catalog_release(cfg.source.release, batch_lines=cfg.batches.batch_lines)
     for e in entries:
         for i in range(len(e.batch_offsets) - 1):
-            build_batch(e, i, cfg)
+            build_batch(e, i, BatchWork.of(cfg))
     return cfg, entries

@@ -18,6 +18,7 @@ from gate_manifests import build_out
 
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.records import SubsetEntry
+from vlmforge.schemas.stage_options import GateWork
 from vlmforge.schemas.tables import MEDIA, SAMPLES
 from vlmforge.tasks.errors import ConfigError
 from vlmforge.tasks.gate.check import gate_inputs, gate_one, gate_subset
@@ -79,7 +80,7 @@ def _gate(
     entry = dataclasses.replace(entry, rows=len(samples) if rows is None else rows)
     if max_media_bytes is not None:  # as a gate-overrides file sets it
         overrides = GateOverrides(entries=((entry.subset, {"max_media_bytes": max_media_bytes}),))
-    inputs = gate_inputs(cfg, entry, run_id=None, overrides=overrides or GateOverrides())
+    inputs = gate_inputs(GateWork.of(cfg), entry, run_id=None, overrides=overrides or GateOverrides())
     tables = {
         "samples": pa.Table.from_pylist(samples, schema=NULLABLE_SAMPLES),
         "media": pa.Table.from_pylist(media, schema=NULLABLE_MEDIA),
@@ -241,7 +242,7 @@ def test_suites_pass_on_the_sample_release(built: tuple[RunConfig, list[SubsetEn
     cfg, entries = built
     overrides = load_overrides(SAMPLE_RELEASE_OVERRIDES)
     for entry in entries:
-        result = gate_subset(cfg, entry, run_id="r1", overrides=overrides)
+        result = gate_subset(GateWork.of(cfg), entry, run_id="r1", overrides=overrides)
         assert result.passed, (entry.subset, result.failures)
         assert result.suites == {"samples": True, "media": True, "drift": True}
         assert result.params["max_reject_rate"] == (0.9 if entry.subset == "bad_rows" else 0.01)
@@ -254,7 +255,7 @@ def test_bad_rows_fails_the_default_reject_rate_with_the_reasons_counted(
 ) -> None:
     cfg, entries = built
     entry = next(e for e in entries if e.subset == "bad_rows")
-    result = gate_subset(cfg, entry, overrides=load_overrides())
+    result = gate_subset(GateWork.of(cfg), entry, overrides=load_overrides())
     assert not result.passed and result.suites["samples"] is False
     (line,) = result.failures
     assert line.startswith("samples: reject rate at most 1.00%: found 75.0% of rows rejected; e.g. reason=")
@@ -731,8 +732,8 @@ def test_manifest_parts_read_the_manifests_in_place(built: tuple[RunConfig, list
     parts = ManifestParts.of(layout, "samples", "photo_vqa")
     assert len(parts.paths) == 3 and all(p.endswith(".parquet") for p in parts.paths)
     entry = next(e for e in entries if e.subset == "photo_vqa")
-    from_parts = gate_subset(cfg, entry, overrides=load_overrides())
-    inputs = gate_inputs(cfg, entry, run_id=None, overrides=load_overrides())
+    from_parts = gate_subset(GateWork.of(cfg), entry, overrides=load_overrides())
+    inputs = gate_inputs(GateWork.of(cfg), entry, run_id=None, overrides=load_overrides())
     assert inputs.samples == parts
     tables = {t: read_table(layout, t, "photo_vqa") for t in ("samples", "media")}
     from_tables = gate_one(dataclasses.replace(inputs, **tables))

@@ -15,6 +15,7 @@ from gate_manifests import build_out
 
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.records import SubsetEntry
+from vlmforge.schemas.stage_options import GateWork
 from vlmforge.tasks.gate.check import GateInputs, gate_inputs, gate_one
 from vlmforge.tasks.gate.docs import build_data_docs
 from vlmforge.tasks.gate.drift import Baseline
@@ -75,7 +76,7 @@ def inputs(built: tuple[RunConfig, list[SubsetEntry]]) -> list[GateInputs]:
     """Each subset's gate inputs, bad_rows with its shipped override (every subset passes)."""
     cfg, entries = built
     overrides = load_overrides(SAMPLE_RELEASE_OVERRIDES)
-    return [gate_inputs(cfg, e, run_id="r1", overrides=overrides) for e in entries]
+    return [gate_inputs(GateWork.of(cfg), e, run_id="r1", overrides=overrides) for e in entries]
 
 
 def _fields(result: GateResult) -> dict[str, Any]:
@@ -196,7 +197,7 @@ def test_the_flow_entry_and_the_data_docs_of_a_group(built: tuple[RunConfig, lis
     """gate_subsets records what gate_subset would; a group's page says which subsets it validated."""
     cfg, entries = built
     overrides = load_overrides(SAMPLE_RELEASE_OVERRIDES)
-    results = gate_subsets(cfg, entries, run_id="r1", overrides=overrides)
+    results = gate_subsets(GateWork.of(cfg), entries, run_id="r1", overrides=overrides)
     assert all(r.passed for r in results)
     layout = OutputLayout(cfg.out)
     record_run(layout, "r1", subsets=[e.subset for e in entries], skip_gate=False, overrides=overrides)

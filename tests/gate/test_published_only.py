@@ -17,6 +17,7 @@ from PIL import Image
 
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.records import SubsetEntry
+from vlmforge.schemas.stage_options import BatchWork, GateWork
 from vlmforge.tasks.errors import ConfigError
 from vlmforge.tasks.gate.check import gate_inputs, gate_one, gate_subset
 from vlmforge.tasks.gate.params import GateOverrides, expectation_names, load_overrides
@@ -72,7 +73,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunConfig, SubsetEn
     cfg = RunConfig(release=str(root / "release"), out=str(root / "out"), batch_lines=4, max_reject_rate=1.0)
     (entry,) = catalog_release(cfg.source.release, batch_lines=cfg.batches.batch_lines)
     for i in range(len(entry.batch_offsets) - 1):
-        build_batch(entry, i, cfg)
+        build_batch(entry, i, BatchWork.of(cfg))
     return cfg, entry
 
 
@@ -97,7 +98,7 @@ def test_a_subset_with_only_such_cases_passes_at_reject_rate_one(
     built: tuple[RunConfig, SubsetEntry],
 ) -> None:
     cfg, entry = built
-    result = gate_subset(cfg, entry, run_id="r1", overrides=load_overrides())
+    result = gate_subset(GateWork.of(cfg), entry, run_id="r1", overrides=load_overrides())
     assert result.passed, result.failures
     assert result.suites == {"samples": True, "media": True, "drift": True}
     assert result.warnings == [] and result.relaxed == {}
@@ -110,7 +111,7 @@ def _gate(
     from vlmforge.schemas.tables import MEDIA, SAMPLES
 
     cfg, entry = built
-    inputs = gate_inputs(cfg, entry, run_id=None, overrides=overrides or GateOverrides())
+    inputs = gate_inputs(GateWork.of(cfg), entry, run_id=None, overrides=overrides or GateOverrides())
     tables = {
         "samples": pa.Table.from_pylist(samples, schema=pa.schema([f.with_nullable(True) for f in SAMPLES])),
         "media": pa.Table.from_pylist(media, schema=pa.schema([f.with_nullable(True) for f in MEDIA])),

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from vlmforge.flows.cli.quality import register
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.records import SubsetEntry
+from vlmforge.schemas.stage_options import BatchWork, GateWork
 from vlmforge.tasks.errors import OutputError
 from vlmforge.tasks.gate.check import gate_subset
 from vlmforge.tasks.gate.docs import build_data_docs
@@ -46,7 +47,7 @@ def _build(release: Path, out: Path, subsets: tuple[str, ...] = ()) -> tuple[Run
     for e in entries:
         remove_parts_from(layout, e.subset, len(e.batch_offsets) - 1)
         for i in range(len(e.batch_offsets) - 1):
-            build_batch(e, i, cfg)
+            build_batch(e, i, BatchWork.of(cfg))
     return cfg, entries
 
 
@@ -58,7 +59,7 @@ def gated(sample_release: Path, tmp_path_factory: pytest.TempPathFactory) -> Out
     overrides = load_overrides()
     record_run(layout, RUN, subsets=[e.subset for e in entries], skip_gate=False, overrides=overrides)
     for e in entries:
-        record_gate(layout, RUN, gate_subset(cfg, e, run_id=RUN, overrides=overrides))
+        record_gate(layout, RUN, gate_subset(GateWork.of(cfg), e, run_id=RUN, overrides=overrides))
     build_data_docs(layout, RUN)
     return layout
 
@@ -295,7 +296,7 @@ def test_a_silent_upstream_change_holds_the_subset_back_and_keeps_its_published_
         record_run(layout, run_id, subsets=subsets, skip_gate=False, overrides=overrides)
         results = {}
         for e in entries:
-            results[e.subset] = gate = gate_subset(cfg, e, run_id=run_id, overrides=overrides)
+            results[e.subset] = gate = gate_subset(GateWork.of(cfg), e, run_id=run_id, overrides=overrides)
             record_gate(layout, run_id, gate)
             if gate.passed:
                 publish_subset(layout, e.subset, shard_max_bytes=10**9, shard_max_samples=4)

@@ -39,6 +39,7 @@ from PIL import Image, ImageCms, ImageOps
 
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.records import SubsetEntry
+from vlmforge.schemas.stage_options import BatchWork, GateWork
 from vlmforge.tasks.batch.batch_pipeline import build_batch
 from vlmforge.tasks.gate.check import gate_subset
 from vlmforge.tasks.gate.results import GateResult
@@ -215,8 +216,8 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
     )
     # the pipeline's own stage functions, as a run calls them (no Prefect, no Ray): batch, gate, publish,
     # validate
-    build_batch(entry, 0, cfg)
-    gate = gate_subset(cfg, entry, run_id="corpus")
+    build_batch(entry, 0, BatchWork.of(cfg))
+    gate = gate_subset(GateWork.of(cfg), entry, run_id="corpus")
     layout = OutputLayout(cfg.out)
     publish_subset(layout, SUBSET, shard_max_bytes=10**9, shard_max_samples=10**6)
     validation = validate_subset(cfg.out, SUBSET)

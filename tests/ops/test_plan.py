@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from vlmforge.schemas.config import RunConfig
+from vlmforge.schemas.stage_options import BatchWork
 from vlmforge.schemas.tables import PLAN
 from vlmforge.tasks.errors import ConfigError
 from vlmforge.tasks.ops.plan.ffd import first_fit_decreasing, pack_stats
@@ -90,7 +91,7 @@ def out(sample_release: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
     cfg = RunConfig(release=str(sample_release), out=str(tmp_path_factory.mktemp("plan") / "out"))
     for entry in catalog_release(cfg.source.release, batch_lines=cfg.batches.batch_lines):
         for i in range(len(entry.batch_offsets) - 1):
-            build_batch(entry, i, cfg)
+            build_batch(entry, i, BatchWork.of(cfg))
     return cfg.out
 
 

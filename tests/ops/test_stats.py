@@ -13,6 +13,7 @@ import typer
 from typer.testing import CliRunner
 
 from vlmforge.schemas.config import RunConfig
+from vlmforge.schemas.stage_options import BatchWork
 from vlmforge.tasks.errors import ConfigError, OutputError
 from vlmforge.tasks.ops.stats.compute import compute_stats
 from vlmforge.tasks.ops.stats.page import render_html, write_stats_report
@@ -27,7 +28,7 @@ def out(sample_release: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
     cfg = RunConfig(release=str(sample_release), out=str(tmp_path_factory.mktemp("stats") / "out"))
     for entry in catalog_release(cfg.source.release, batch_lines=cfg.batches.batch_lines):
         for i in range(len(entry.batch_offsets) - 1):
-            build_batch(entry, i, cfg)
+            build_batch(entry, i, BatchWork.of(cfg))
     return cfg.out
 
 

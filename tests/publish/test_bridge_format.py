@@ -21,6 +21,7 @@ from PIL import Image
 
 from vlmforge.energon import ChatSample
 from vlmforge.schemas.config import RunConfig
+from vlmforge.schemas.stage_options import BatchWork
 from vlmforge.tasks.manifests import OutputLayout, read_table
 from vlmforge.tasks.publish.check_report import format_reports
 from vlmforge.tasks.publish.dataset import write_energon_dataset
@@ -228,7 +229,7 @@ def published(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     layout = OutputLayout(cfg.out)
     for entry in catalog_release(str(release), batch_lines=cfg.batches.batch_lines):
         for index in range(len(entry.batch_offsets) - 1):
-            build_batch(entry, index, cfg)
+            build_batch(entry, index, BatchWork.of(cfg))
         publish_subset(layout, entry.subset, shard_max_bytes=10**9, shard_max_samples=4)
     publish_metadataset(layout)
     return cfg

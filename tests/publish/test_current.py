@@ -12,6 +12,7 @@ import pytest
 
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.records import SubsetEntry
+from vlmforge.schemas.stage_options import PublishWork
 from vlmforge.tasks.manifests import OutputLayout
 from vlmforge.tasks.publish import current_publish, forget_current, publish_fingerprint, record_current
 
@@ -61,29 +62,33 @@ def _published(tmp_path: Path, listing: bytes = b'[{"shard": "shard_000000.tar"}
 def test_the_fingerprint_moves_with_every_input_and_option_of_gate_and_publish(
     tmp_path: Path, change: dict[str, dict[str, Any]]
 ) -> None:
-    before = publish_fingerprint(_entry(), _cfg(tmp_path))
-    after = publish_fingerprint(_entry(**change.get("entry", {})), _cfg(tmp_path, **change.get("cfg", {})))
+    before = publish_fingerprint(_entry(), PublishWork.of(_cfg(tmp_path)))
+    after = publish_fingerprint(
+        _entry(**change.get("entry", {})), PublishWork.of(_cfg(tmp_path, **change.get("cfg", {})))
+    )
     assert after != before
 
 
 def test_options_that_change_neither_keep_the_fingerprint(tmp_path: Path) -> None:
-    before = publish_fingerprint(_entry(), _cfg(tmp_path))
+    before = publish_fingerprint(_entry(), PublishWork.of(_cfg(tmp_path)))
     same = _cfg(tmp_path, fetch_concurrency=3, num_cpus=7, executor="local", license_allow=("CC-*",))
-    assert publish_fingerprint(_entry(release="/elsewhere", path="/x/photo_vqa"), same) == before
+    assert (
+        publish_fingerprint(_entry(release="/elsewhere", path="/x/photo_vqa"), PublishWork.of(same)) == before
+    )
 
 
 def test_a_gate_overrides_file_is_part_of_the_fingerprint(tmp_path: Path) -> None:
     overrides = tmp_path / "overrides.json"
     overrides.write_text(json.dumps({"subsets": {"photo_vqa": {"max_reject_rate": 0.2}}}))
     cfg = _cfg(tmp_path, gate_overrides=str(overrides))
-    before = publish_fingerprint(_entry(), cfg)
+    before = publish_fingerprint(_entry(), PublishWork.of(cfg))
     overrides.write_text(json.dumps({"subsets": {"photo_vqa": {"max_reject_rate": 0.3}}}))  # same path
-    assert publish_fingerprint(_entry(), cfg) != before
+    assert publish_fingerprint(_entry(), PublishWork.of(cfg)) != before
 
 
 def test_a_record_vouches_for_the_dataset_it_recorded_only(tmp_path: Path) -> None:
     layout = _published(tmp_path)
-    fp = publish_fingerprint(_entry(), _cfg(tmp_path))
+    fp = publish_fingerprint(_entry(), PublishWork.of(_cfg(tmp_path)))
     assert current_publish(layout, "photo_vqa", fp) is None  # never recorded
     record_current(layout, "photo_vqa", fp, run_id="r1", gate="passed", shards=1, validated=False)
     record = current_publish(layout, "photo_vqa", fp)

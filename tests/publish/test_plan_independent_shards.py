@@ -11,6 +11,7 @@ import pytest
 from conftest import tree_hashes
 
 from vlmforge.schemas.config import RunConfig
+from vlmforge.schemas.stage_options import BatchWork
 from vlmforge.tasks.batch.batch_pipeline import build_batch
 from vlmforge.tasks.catalog import catalog_release
 from vlmforge.tasks.manifests import OutputLayout
@@ -24,7 +25,7 @@ def _publish(release: Path, out: Path, batch_lines: int, min_batches: int) -> in
     layout, batches = OutputLayout(cfg.out), 0
     for entry in catalog_release(str(release), batch_lines=batch_lines, min_batches=min_batches):
         for index in range(len(entry.batch_offsets) - 1):
-            build_batch(entry, index, cfg)
+            build_batch(entry, index, BatchWork.of(cfg))
             batches += 1
         publish_subset(layout, entry.subset, shard_max_bytes=10**9, shard_max_samples=4)
     return batches

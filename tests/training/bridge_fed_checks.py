@@ -149,7 +149,7 @@ def layout_mismatches(out: Path, probed: Rows, trainer: str) -> list[str]:
     is not Bridge's: its length, the end of its last visual span (its ``<|vision_end|>``) and its first
     supervised token must sit where ``batch()`` puts them, padded and packed."""
     cfg = RunConfig(**TRAINERS[trainer], release=str(out), out=str(out))
-    geometry, tokenizer = geometry_of(cfg), get_tokenizer(cfg)
+    geometry, tokenizer = geometry_of(cfg), get_tokenizer(cfg.tokens)
     feed = FEED_PATHS[cfg.tokens.feed_path]
     ok, media = manifest(out)
     wrong = []
