@@ -60,24 +60,22 @@ def _catalog(
     subsets: list[str] | None,
     storage_option: list[str] | None,
     recipes: list[str] | None,
-    batch: int,
 ) -> list[Any]:
     from ...tasks.catalog import catalog_release, parse_storage_options, with_recipe_fingerprints
 
     entries = catalog_release(
         release,
         subsets=tuple(subsets or ()),
-        batch_lines=batch,
         storage_options=parse_storage_options(storage_option),
     )
     # each subset's recipe as a run finds it: the first of --recipes, then the shipped ones
     return with_recipe_fingerprints(entries, recipes or ())
 
 
-def _sources(sources: tuple[str, ...], limit: int = 3) -> str:
-    shown = list(sources[:limit])
-    if len(sources) > limit:
-        shown.append(f"(+{len(sources) - limit} more)")
+def _sources(sources: tuple[str, ...], at_most: int = 3) -> str:
+    shown = list(sources[:at_most])
+    if len(sources) > at_most:
+        shown.append(f"(+{len(sources) - at_most} more)")
     return "\n".join(shown)
 
 
@@ -129,9 +127,7 @@ def register(app: typer.Typer) -> None:
             )
             print_estimate(release, result, as_json)
             return
-        entries = _catalog(
-            release, given.get("subsets"), given.get("storage_options"), given.get("catalogs"), 2000
-        )
+        entries = _catalog(release, given.get("subsets"), given.get("storage_options"), given.get("catalogs"))
         if as_json:
             rows = [
                 {
@@ -216,7 +212,7 @@ def register(app: typer.Typer) -> None:
         if dry_run:  # the plan only: no Prefect, no Ray
             from ..ops import plan_release_refresh
 
-            entries = _catalog(release, None, storage_option, recipes, 2000)
+            entries = _catalog(release, None, storage_option, recipes)
             _print_plan(
                 release, out, plan_release_refresh(entries, out, allow, retry_unpublished=retry_unpublished)
             )
