@@ -8,20 +8,21 @@ the subsets whose README, license, JSONL or media recipe changed, unpublishing t
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from ...schemas.config import RECIPE_OPTIONS, ExecutionOptions
+from ...schemas.config import RECIPE_OPTIONS
 from ...tasks.ops import estimate_fields
 from ..narrow_tables import print_whole
 from .options import config_options, with_config_options, with_trainer
 
 __all__ = ["register"]
 
-EXECUTOR_NAMES = get_args(ExecutionOptions.model_fields["executor"].annotation)
+# refresh's options shared with run: the recipe options, which subsets (by license) and where reruns run
+REFRESH_OPTIONS = (*RECIPE_OPTIONS, "license_allow", "executor")
 
 console = Console()
 err = Console(stderr=True)
@@ -181,33 +182,23 @@ def register(app: typer.Typer) -> None:
         print_whole(console, t)
 
     @app.command("refresh", epilog=REFRESH_EXAMPLES)
-    @config_options(only=RECIPE_OPTIONS)
+    @config_options(only=REFRESH_OPTIONS)
     def refresh(
         release: Annotated[str, typer.Argument(help="release folder or fsspec URL (the new upstream)")],
         out: Annotated[str, typer.Option("--out", "-o", help="output folder of the earlier run")],
-        license_allow: Annotated[
-            list[str] | None,
-            typer.Option(help="only subsets under these licenses (SPDX ids or patterns, comma-separated)"),
-        ] = None,
         retry_unpublished: Annotated[
             bool, typer.Option(help="also rerun subsets whose last run was held back")
         ] = False,
         dry_run: Annotated[bool, typer.Option(help="print what would change, do nothing")] = False,
-        executor: Annotated[
-            str, typer.Option(help=f"where the reruns' tasks run: {' | '.join(EXECUTOR_NAMES)} (as run's)")
-        ] = "ray",
         **options: Any,
     ) -> None:
         """Rerun only subsets whose README, license, JSONL or media recipe changed; unpublish removed ones.
-        The reruns take the last run's options; the recipe options given here replace its."""
+        The reruns take the last run's options; the recipe options and --executor given here replace its."""
         from ...tasks.catalog import parse_license_allow
 
-        if executor not in EXECUTOR_NAMES:
-            raise typer.BadParameter(
-                f"{executor!r} is not one of {', '.join(EXECUTOR_NAMES)}", param_hint="--executor"
-            )
-        allow = parse_license_allow(license_allow)
         given = with_config_options(options)
+        allow = parse_license_allow(given.pop("license_allow", None))
+        executor = given.pop("executor")
         storage_option, recipes = given.pop("storage_options", None), given.get("catalogs")
         if dry_run:  # the plan only: no Prefect, no Ray
             from ..ops import plan_release_refresh

@@ -51,8 +51,8 @@ def _read_as_option(name: str, text: Any) -> Any:
         raise ValueError(exc.errors()[0]["msg"]) from None
 
 
-def _commands() -> Iterator[tuple[str, click.Command]]:
-    """(``catalog``, ``recipe list``, ...) and the click command of every ``vlmforge`` command."""
+def commands_of(typer_app: typer.Typer) -> Iterator[tuple[str, click.Command]]:
+    """(``catalog``, ``recipe list``, ...) and the click command of every command of ``typer_app``."""
 
     def walk(command: click.Command, path: str) -> Iterator[tuple[str, click.Command]]:
         subs = getattr(command, "commands", None)
@@ -62,7 +62,7 @@ def _commands() -> Iterator[tuple[str, click.Command]]:
         for name, sub in subs.items():
             yield from walk(sub, f"{path} {name}".strip())
 
-    yield from walk(typer.main.get_command(app), "")
+    yield from walk(typer.main.get_command(typer_app), "")
 
 
 def help_problems(commands: list[tuple[str, click.Command]], declared: dict[str, Any]) -> list[str]:
@@ -126,7 +126,7 @@ def _flags() -> dict[str, ConfigOption]:
 
 
 def test_help_shows_each_options_declared_default() -> None:
-    commands = list(_commands())
+    commands = list(commands_of(app))
     declared = option_defaults()
     assert sum(p.name in declared for _, c in commands for p in c.params) > 40, "the scan sees few options"
     bad = help_problems(commands, declared)
