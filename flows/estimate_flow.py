@@ -33,7 +33,7 @@ def estimate_flow(
 ) -> dict[str, Any]:
     """Estimate ``release`` for a run with ``trainer``'s knobs (``knobs``, by their flat option names such as
     ``max_pixels``, win over the trainer's)."""
-    from ..tasks.ops import (
+    from ..tasks.estimate import (
         EstimateOptions,
         as_json,
         as_markdown,

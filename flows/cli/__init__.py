@@ -240,8 +240,8 @@ def sample_release(
     mix: Annotated[str, typer.Option(help="--shape v3 rows: v3 (every kind) | images | text")] = "v3",
 ) -> None:
     """Build the small sample release (real photos and a real video from scikit-image, plus bad input), or
-    a release of v3's shape (see tasks/ops/sample_release/shaped.py)."""
-    from ...tasks.ops import build_sample_release, build_shaped_release
+    a release of v3's shape (see tasks/sample_release/shaped.py)."""
+    from ...tasks.sample_release import build_sample_release, build_shaped_release
 
     if shape == "v3":
         shaped = build_shaped_release(dest, rows, mix=mix, overwrite=overwrite)

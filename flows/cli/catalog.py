@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ...schemas.config import RECIPE_OPTIONS
-from ...tasks.ops import estimate_fields
+from ...tasks.estimate import estimate_fields
 from ..narrow_tables import print_whole
 from .options import config_options, with_config_options, with_trainer
 

@@ -20,11 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ....schemas.recipes import UnsetVariable, fill
-from ....schemas.records import SubsetEntry
-from ....schemas.redact import redact
-from ...fetch import SOURCE_ERROR, FetchError, HttpClient, Located
-from ...storage import ContentStore
+from ...schemas.recipes import UnsetVariable, fill
+from ...schemas.records import SubsetEntry
+from ...schemas.redact import redact
+from ..fetch import SOURCE_ERROR, FetchError, HttpClient, Located
+from ..storage import ContentStore
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,13 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
-from ....schemas.config import RunConfig
-from ....schemas.estimate_rows import ESTIMATES, EstimateRow
-from ....schemas.recipes import Recipe
-from ...catalog import catalog_release, check_ready, find_recipe
-from ...fetch import HttpClient, HttpOptions, bind_environment
-from ...manifests import OutputLayout
-from ...storage import ContentStore, atomic_write_bytes
+from ...schemas.config import RunConfig
+from ...schemas.estimate_rows import ESTIMATES, EstimateRow
+from ...schemas.recipes import Recipe
+from ..catalog import catalog_release, check_ready, find_recipe
+from ..fetch import HttpClient, HttpOptions, bind_environment
+from ..manifests import OutputLayout
+from ..storage import ContentStore, atomic_write_bytes
 from .disk import DEFAULT, DiskRatios, previous_ratios, sampled_ratios
 from .hours import Rates, measured_rates
 from .references import subset_references
