@@ -9,11 +9,9 @@ run's figures through ``ops``' DuckDB views, so it comes last in the import orde
 from .estimate_report import as_json, as_markdown, estimate_table, footnotes, versus_hours, versus_table
 from .estimated_run import estimate_config, estimate_fields
 from .hours import parse_bandwidth
-from .release_estimate import Estimate, EstimateOptions, estimate_release
-from .versus import versus_actual
+from .release_estimate import EstimateOptions, estimate_release
 
 __all__ = [
-    "Estimate",
     "EstimateOptions",
     "as_json",
     "as_markdown",
@@ -23,7 +21,6 @@ __all__ = [
     "estimate_table",
     "footnotes",
     "parse_bandwidth",
-    "versus_actual",
     "versus_hours",
     "versus_table",
 ]
