@@ -15,7 +15,12 @@ from rich.console import Console
 from rich.table import Table
 
 from ...schemas.config import RECIPE_OPTIONS
-from ...tasks.estimate import estimate_fields
+from ...tasks.estimate import (
+    DEFAULT_BANDWIDTH_TEXT,
+    DEFAULT_DECODE_SAMPLE,
+    DEFAULT_PROBE_SAMPLE,
+    estimate_fields,
+)
 from ..narrow_tables import print_whole
 from .options import config_options, with_config_options, with_trainer
 
@@ -100,13 +105,13 @@ def register(app: typer.Typer) -> None:
         cores: Annotated[int, typer.Option(help="--estimate: cores of the run (0: this machine's)")] = 0,
         bandwidth: Annotated[
             str, typer.Option(help="--estimate: network, e.g. 1Gbit, 200Mbit, 50MB")
-        ] = "1Gbit",
+        ] = DEFAULT_BANDWIDTH_TEXT,
         probe_sample: Annotated[
             int, typer.Option(help="--estimate: objects per source sized by HEAD where no index says it")
-        ] = 64,
+        ] = DEFAULT_PROBE_SAMPLE,
         decode_sample: Annotated[
             int, typer.Option(help="--estimate: objects per subset normalised for the disk ratios (0: none)")
-        ] = 8,
+        ] = DEFAULT_DECODE_SAMPLE,
         seed: Annotated[int, typer.Option(help="--estimate: seed of the samples")] = 0,
         **options: Any,
     ) -> None:
