@@ -22,7 +22,7 @@ from ...tasks.errors import ConfigError, VlmforgeError
 from ..narrow_tables import print_whole
 from ..runtime.embedded import apply_quiet_env
 from .one_line_errors import OneLineErrorsGroup
-from .options import config_options, with_config_options, with_trainer
+from .options import TrainerOption, config_options, with_config_options, with_trainer
 
 apply_quiet_env()
 
@@ -55,14 +55,7 @@ Examples:
 def run(
     ctx: typer.Context,
     release: Annotated[str, typer.Argument(help="release folder or fsspec URL (one folder per subset)")],
-    trainer: Annotated[
-        str | None,
-        typer.Option(
-            help="set --model and the knobs to what this trainer's data path does (bridge-qwen2.5-vl | "
-            "bridge-qwen3-vl; table in README); options given explicitly override the trainer's values",
-            rich_help_panel="Model and knobs",
-        ),
-    ] = None,
+    trainer: TrainerOption = None,
     wait_lock: Annotated[
         bool,
         typer.Option(

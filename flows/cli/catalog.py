@@ -22,7 +22,7 @@ from ...tasks.estimate import (
     estimate_fields,
 )
 from ..narrow_tables import print_whole
-from .options import config_options, with_config_options, with_trainer
+from .options import TrainerOption, config_options, with_config_options, with_trainer
 
 __all__ = ["register"]
 
@@ -101,7 +101,7 @@ def register(app: typer.Typer) -> None:
         out: Annotated[
             str | None, typer.Option("--out", "-o", help="--estimate: output folder (store, runs, table)")
         ] = None,
-        trainer: Annotated[str | None, typer.Option(help="--estimate: as for run")] = None,
+        trainer: TrainerOption = None,
         cores: Annotated[int, typer.Option(help="--estimate: cores of the run (0: this machine's)")] = 0,
         bandwidth: Annotated[
             str, typer.Option(help="--estimate: network, e.g. 1Gbit, 200Mbit, 50MB")
