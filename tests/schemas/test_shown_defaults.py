@@ -5,6 +5,7 @@ every ``vlmforge`` command's option declares (what ``--help`` shows), and the de
 from __future__ import annotations
 
 import re
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -91,10 +92,24 @@ def help_problems(commands: list[tuple[str, click.Command]], declared: dict[str,
     return bad
 
 
+# A usage line's "[--flag value]" (a value, not a METAVAR) or "[--flag a|b|c]" (the choices, default first).
+USAGE_DEFAULT = re.compile(r"\[(--[a-z][a-z-]*) ([a-z0-9][\w.|]*)\]")
+
+
 def readme_defaults(text: str) -> Iterator[tuple[str, str]]:
-    """(flag, stated default) for every "`--flag` ... default X" in README's text."""
+    """(flag, stated default) for every "`--flag` ... default X" in README's text, and every usage line's
+    "[--flag value]" and "[--flag default|other]"."""
     for match in README_DEFAULT.finditer(re.sub(r"\s+", " ", text)):
         yield match.group(1), match.group(2).strip("`").rstrip(",.;:)")
+    for match in USAGE_DEFAULT.finditer(text):
+        yield match.group(1), match.group(2).split("|")[0]
+
+
+def readme_choices(text: str) -> Iterator[tuple[str, list[str]]]:
+    """(flag, choices) of every usage line's "[--flag a|b|c]"."""
+    for match in USAGE_DEFAULT.finditer(text):
+        if "|" in match.group(2):
+            yield match.group(1), match.group(2).split("|")
 
 
 def readme_problems(text: str, options: dict[str, ConfigOption], declared: dict[str, Any]) -> list[str]:
@@ -121,6 +136,19 @@ def readme_problems(text: str, options: dict[str, ConfigOption], declared: dict[
     return bad
 
 
+def choice_problems(text: str, options: dict[str, ConfigOption]) -> list[str]:
+    """One line per usage line's "[--flag a|b]" whose choices are not the option's declared ones."""
+    bad = []
+    for flag, choices in readme_choices(text):
+        option = options.get(flag)
+        if option is None or typing.get_origin(option.field.annotation) is not typing.Literal:
+            continue
+        declared = [str(c) for c in typing.get_args(option.field.annotation)]
+        if sorted(choices) != sorted(declared):
+            bad.append(f"README: [{flag} {'|'.join(choices)}]; schemas/config.py declares {declared}")
+    return bad
+
+
 def _flags() -> dict[str, ConfigOption]:
     return {o.flag: o for o in run_options()}
 
@@ -139,6 +167,13 @@ def test_readme_states_each_options_declared_default() -> None:
     assert len([f for f, _ in readme_defaults(text) if f in flags]) >= 5, "the scan finds few README defaults"
     bad = readme_problems(text, flags, option_defaults())
     assert not bad, "defaults README states that schemas/config.py does not declare:\n" + "\n".join(bad)
+
+
+def test_readme_usage_lists_each_options_declared_choices() -> None:
+    text = (REPO / "README.md").read_text()
+    assert len(list(readme_choices(text))) >= 5, "the scan finds few choice lists in README's usage lines"
+    bad = choice_problems(text, _flags())
+    assert not bad, "\n".join(bad)
 
 
 def test_a_wrong_shown_default_is_caught() -> None:
@@ -160,7 +195,17 @@ def test_a_wrong_shown_default_is_caught() -> None:
         "The gate refuses a subset over `--max-reject-rate` (default 0.01). A batch holds `--batch-lines`\n"
         "lines (default 10,000) and `--batch-media` media (default 64); shards of `--shard-size` (default\n"
         "`1GB`) in\n"
-        "`--store`, default `OUT/somewhere`."
+        "`--store`, default `OUT/somewhere`.\n"
+        "vlmforge run [--model qwen3_vl] [--executor local|ray] [--seq-len-mode drop|truncate] [--limit N]"
     )
     found = readme_problems(text, _flags(), declared)
-    assert [line.split()[1] for line in found] == ["--max-reject-rate", "--batch-media", "--store"], found
+    assert [line.split()[1] for line in found] == [
+        "--max-reject-rate",
+        "--batch-media",
+        "--store",
+        "--model",
+        "--executor",
+    ], found
+    assert choice_problems("[--image-format keep|jpeg] [--executor ray|local]", _flags()) == [
+        "README: [--image-format keep|jpeg]; schemas/config.py declares ['keep', 'jpeg', 'webp', 'png']"
+    ]
