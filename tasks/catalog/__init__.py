@@ -1,3 +1,6 @@
+"""What a release holds, before any media work: subsets, hashes, rows, licenses, batch plans, media recipes,
+and what a refresh changes."""
+
 from __future__ import annotations
 
 from .recipe_files import RecipeError, builtin_catalog_dir, check_ready, find_recipe, load_recipe

@@ -1,3 +1,6 @@
+"""What people run on a finished output: DuckDB queries over its manifests, statistics and stage times,
+packing plans, training mixes, and the media store's clean-up."""
+
 from __future__ import annotations
 
 from .mix.output import format_mix, write_mix

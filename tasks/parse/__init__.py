@@ -1,3 +1,5 @@
+"""JSONL lines to normalised records or rejects."""
+
 from __future__ import annotations
 
 from .jsonl_batch import parse_batch
