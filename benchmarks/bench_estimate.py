@@ -92,7 +92,7 @@ def main() -> None:
     from http_fixture import HttpFixture
 
     from vlmforge.schemas.config import RunConfig
-    from vlmforge.tasks.ops.estimate.release_estimate import EstimateOptions, estimate_release
+    from vlmforge.tasks.estimate.release_estimate import EstimateOptions, estimate_release
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--subsets", type=int, default=76)

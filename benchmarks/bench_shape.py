@@ -1,5 +1,5 @@
 """The release's shape against one subset and against img2dataset (issue 35): ``vlmforge run`` of the same
-N images as one subset and as v3's 76 long-tailed subsets (``tasks/ops/sample_release/shaped.py``), beside
+N images as one subset and as v3's 76 long-tailed subsets (``tasks/sample_release/shaped.py``), beside
 img2dataset on the same URLs; and text-only rows in 76 subsets.
 
     .venv/bin/python benchmarks/bench_shape.py --images 5000             # 1 vs 76 subsets vs img2dataset
@@ -30,7 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_run as br  # noqa: E402 - the measuring wrapper, corpus and server of the run benchmark
 
-from vlmforge.tasks.ops.sample_release.shaped import build_shaped_release  # noqa: E402
+from vlmforge.tasks.sample_release.shaped import build_shaped_release  # noqa: E402
 
 
 def run_release(a: argparse.Namespace, release: Path, recipes: Path, work: Path, tag: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from ..schemas.config import StorageOptions
 from ..schemas.trainers import TRAINERS
+from ..tasks.estimate import DEFAULT_BANDWIDTH_TEXT, DEFAULT_DECODE_SAMPLE, DEFAULT_PROBE_SAMPLE
 
 __all__ = ["estimate_flow"]
 
@@ -26,14 +27,14 @@ def estimate_flow(
     trainer: str | None = None,
     knobs: dict[str, Any] | None = None,
     cores: int = 0,
-    bandwidth: str = "1Gbit",
-    probe_sample: int = 64,
-    decode_sample: int = 8,
+    bandwidth: str = DEFAULT_BANDWIDTH_TEXT,
+    probe_sample: int = DEFAULT_PROBE_SAMPLE,
+    decode_sample: int = DEFAULT_DECODE_SAMPLE,
     seed: int = 0,
 ) -> dict[str, Any]:
     """Estimate ``release`` for a run with ``trainer``'s knobs (``knobs``, by their flat option names such as
     ``max_pixels``, win over the trainer's)."""
-    from ..tasks.ops import (
+    from ..tasks.estimate import (
         EstimateOptions,
         as_json,
         as_markdown,

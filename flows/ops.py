@@ -36,9 +36,9 @@ __all__ = [
 ]
 
 
-def _md(text: object, limit: int = 400) -> str:
+def _md(text: object, max_chars: int = 400) -> str:
     """A value safe inside a markdown table cell."""
-    return str(text).replace("|", "/").replace("\n", " ")[:limit]
+    return str(text).replace("|", "/").replace("\n", " ")[:max_chars]
 
 
 # --- refresh -------------------------------------------------------------------------------------------

@@ -5,14 +5,18 @@ the release, then each batch parses, fetches, sizes, verifies and counts, and th
 follow); :data:`IMPORT_ORDER` is the order stages may import each other: a stage imports only the front doors
 (package ``__init__``) of the stages before it there, and the shared modules (:data:`SHARED`, and
 ``schemas``). They differ where a stage reuses a later one's tools: ``staging`` reads archives with the fetch
-stage's readers and sniffs media with the media stage's, so it comes after them in the import order.
+stage's readers and sniffs media with the media stage's, so it comes after them in the import order; the
+``estimate`` sizes a run before it starts with every stage's own code (and reads earlier outputs through
+``ops``), so it comes last.
 ``tests/test_layout.py`` enforces the import order and that both list the same stages.
 """
 
 #: Stages in the order data moves through them; a stage's package ``__init__`` is its front door.
 STAGES = (
+    "sample_release",  # a generated release for the demo and the tests (vlmforge sample-release, make demo)
     "staging",  # public benchmark sets staged into the release layout (--format)
     "catalog",  # what a release holds, before any media work
+    "estimate",  # what a run of it will fetch, store and take (catalog --estimate, the run's disk check)
     "parse",  # JSONL lines to normalised records or rejects
     "fetch",  # media bytes from wherever they live into the content store
     "geometry",  # the target model's geometry: resize rule, frames, visual tokens per media item
@@ -25,6 +29,7 @@ STAGES = (
 )
 #: Stages in import order: each imports only the front doors of those before it.
 IMPORT_ORDER = (
+    "sample_release",  # writes files only: imports no stage
     "catalog",
     "parse",
     "fetch",
@@ -36,6 +41,7 @@ IMPORT_ORDER = (
     "gate",
     "publish",
     "ops",
+    "estimate",  # runs every earlier stage's code without its side effects, and reads outputs through ops
 )
 #: Modules every stage may import: they import nothing of the stages.
 SHARED = ("errors", "storage", "manifests")

@@ -97,7 +97,7 @@ def prefect_harness() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def sample_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from vlmforge.tasks.ops.sample_release.sample_build import build_sample_release
+    from vlmforge.tasks.sample_release.sample_build import build_sample_release
 
     return build_sample_release(tmp_path_factory.mktemp("release") / "sample").root
 

@@ -214,3 +214,83 @@ def test_flows_holds_few_modules_at_its_top() -> None:
     top = sorted(p.name for p in (REPO / "flows").glob("*.py"))
     assert len(top) <= MAX_FLOWS_TOP, top
     assert (REPO / "flows" / "cli" / "__init__.py").exists() and (REPO / "flows" / "runtime").is_dir()
+
+
+# Front doors this check holds to "only what is used"; the others' unused names are listed in the hand-over
+# of the change that added it (a stage joins once its door is trimmed).
+NARROW_DOORS = ("sample_release", "catalog", "parse", "estimate", "ops")
+
+
+def _users() -> dict[str, Path]:
+    """Every module that may import a front door: the product's, the tests' and the benchmarks'."""
+    out = _modules()
+    for top in ("tests", "benchmarks"):
+        for path in (REPO / top).rglob("*.py"):
+            out[".".join((top, *path.relative_to(REPO).with_suffix("").parts[1:]))] = path
+    return out
+
+
+def _door_names(path: Path) -> set[str]:
+    """The names a front door offers: what it imports or defines at its top level."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            names |= {a.asname or a.name for a in node.names}
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef):
+            names.add(node.name)
+    return names
+
+
+def _imported_from(door: str, users: dict[str, Path]) -> set[str]:
+    """Names modules outside ``door``'s package import from ``door`` itself."""
+    found: set[str] = set()
+    for name, path in users.items():
+        if name == door or name.startswith(door + "."):
+            continue
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            target = node.module or ""
+            if node.level:
+                base = package.split(".")
+                target = ".".join([*base[: len(base) - node.level + 1], *target.split(".")]).rstrip(".")
+            if target == door:
+                found |= {a.name for a in node.names}
+    return found
+
+
+def unused_door_names(stages: tuple[str, ...], users: dict[str, Path]) -> list[str]:
+    """One line per name a stage's front door offers that no module outside the stage imports from it, or
+    that is underscored (private to its module)."""
+    bad = []
+    for stage in stages:
+        door = f"vlmforge.tasks.{stage}"
+        offered = _door_names(REPO / "tasks" / stage / "__init__.py")
+        used = _imported_from(door, users)
+        bad += [f"{door}: {n} is private" for n in sorted(offered) if n.startswith("_")]
+        bad += [f"{door}: {n} is imported by nothing outside {stage}" for n in sorted(offered - used)]
+    return bad
+
+
+def test_front_doors_offer_only_what_other_stages_use() -> None:
+    from vlmforge.tasks import IMPORT_ORDER
+
+    assert set(NARROW_DOORS) <= set(IMPORT_ORDER)
+    bad = unused_door_names(NARROW_DOORS, _users())
+    assert not bad, "\n".join(bad)
+
+
+def test_an_unused_front_door_name_is_caught(tmp_path: Path) -> None:
+    """A name only the stage itself uses, and a private one, are each reported; one flows/ imports is not."""
+    user = tmp_path / "user.py"
+    user.write_text("from ..tasks.ops import connect\n")
+    users = {n: p for n, p in _users().items() if not n.startswith(("vlmforge.flows", "tests", "benchmarks"))}
+    users |= {"vlmforge.flows.user": user}
+    bad = unused_door_names(("ops",), users)
+    assert not any(": connect " in line for line in bad), bad
+    assert any(": render " in line for line in bad), bad
+
+    door = tmp_path / "door.py"
+    door.write_text("from .query import _private\n")
+    assert "_private" in _door_names(door)

@@ -22,7 +22,7 @@ from ...tasks.errors import ConfigError, VlmforgeError
 from ..narrow_tables import print_whole
 from ..runtime.embedded import apply_quiet_env
 from .one_line_errors import OneLineErrorsGroup
-from .options import config_options, with_config_options, with_trainer
+from .options import TrainerOption, config_options, with_config_options, with_trainer
 
 apply_quiet_env()
 
@@ -55,14 +55,7 @@ Examples:
 def run(
     ctx: typer.Context,
     release: Annotated[str, typer.Argument(help="release folder or fsspec URL (one folder per subset)")],
-    trainer: Annotated[
-        str | None,
-        typer.Option(
-            help="set --model and the knobs to what this trainer's data path does (bridge-qwen2.5-vl | "
-            "bridge-qwen3-vl; table in README); options given explicitly override the trainer's values",
-            rich_help_panel="Model and knobs",
-        ),
-    ] = None,
+    trainer: TrainerOption = None,
     wait_lock: Annotated[
         bool,
         typer.Option(
@@ -240,8 +233,8 @@ def sample_release(
     mix: Annotated[str, typer.Option(help="--shape v3 rows: v3 (every kind) | images | text")] = "v3",
 ) -> None:
     """Build the small sample release (real photos and a real video from scikit-image, plus bad input), or
-    a release of v3's shape (see tasks/ops/sample_release/shaped.py)."""
-    from ...tasks.ops import build_sample_release, build_shaped_release
+    a release of v3's shape (see tasks/sample_release/shaped.py)."""
+    from ...tasks.sample_release import build_sample_release, build_shaped_release
 
     if shape == "v3":
         shaped = build_shaped_release(dest, rows, mix=mix, overwrite=overwrite)

@@ -8,20 +8,26 @@ the subsets whose README, license, JSONL or media recipe changed, unpublishing t
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from ...schemas.config import RECIPE_OPTIONS, ExecutionOptions
-from ...tasks.ops import estimate_fields
+from ...schemas.config import RECIPE_OPTIONS
+from ...tasks.estimate import (
+    DEFAULT_BANDWIDTH_TEXT,
+    DEFAULT_DECODE_SAMPLE,
+    DEFAULT_PROBE_SAMPLE,
+    estimate_fields,
+)
 from ..narrow_tables import print_whole
-from .options import config_options, with_config_options, with_trainer
+from .options import TrainerOption, config_options, with_config_options, with_trainer
 
 __all__ = ["register"]
 
-EXECUTOR_NAMES = get_args(ExecutionOptions.model_fields["executor"].annotation)
+# refresh's options shared with run: the recipe options, which subsets (by license) and where reruns run
+REFRESH_OPTIONS = (*RECIPE_OPTIONS, "license_allow", "executor")
 
 console = Console()
 err = Console(stderr=True)
@@ -60,24 +66,22 @@ def _catalog(
     subsets: list[str] | None,
     storage_option: list[str] | None,
     recipes: list[str] | None,
-    batch: int,
 ) -> list[Any]:
     from ...tasks.catalog import catalog_release, parse_storage_options, with_recipe_fingerprints
 
     entries = catalog_release(
         release,
         subsets=tuple(subsets or ()),
-        batch_lines=batch,
         storage_options=parse_storage_options(storage_option),
     )
     # each subset's recipe as a run finds it: the first of --recipes, then the shipped ones
     return with_recipe_fingerprints(entries, recipes or ())
 
 
-def _sources(sources: tuple[str, ...], limit: int = 3) -> str:
-    shown = list(sources[:limit])
-    if len(sources) > limit:
-        shown.append(f"(+{len(sources) - limit} more)")
+def _sources(sources: tuple[str, ...], at_most: int = 3) -> str:
+    shown = list(sources[:at_most])
+    if len(sources) > at_most:
+        shown.append(f"(+{len(sources) - at_most} more)")
     return "\n".join(shown)
 
 
@@ -97,17 +101,17 @@ def register(app: typer.Typer) -> None:
         out: Annotated[
             str | None, typer.Option("--out", "-o", help="--estimate: output folder (store, runs, table)")
         ] = None,
-        trainer: Annotated[str | None, typer.Option(help="--estimate: as for run")] = None,
+        trainer: TrainerOption = None,
         cores: Annotated[int, typer.Option(help="--estimate: cores of the run (0: this machine's)")] = 0,
         bandwidth: Annotated[
             str, typer.Option(help="--estimate: network, e.g. 1Gbit, 200Mbit, 50MB")
-        ] = "1Gbit",
+        ] = DEFAULT_BANDWIDTH_TEXT,
         probe_sample: Annotated[
             int, typer.Option(help="--estimate: objects per source sized by HEAD where no index says it")
-        ] = 64,
+        ] = DEFAULT_PROBE_SAMPLE,
         decode_sample: Annotated[
             int, typer.Option(help="--estimate: objects per subset normalised for the disk ratios (0: none)")
-        ] = 8,
+        ] = DEFAULT_DECODE_SAMPLE,
         seed: Annotated[int, typer.Option(help="--estimate: seed of the samples")] = 0,
         **options: Any,
     ) -> None:
@@ -129,9 +133,7 @@ def register(app: typer.Typer) -> None:
             )
             print_estimate(release, result, as_json)
             return
-        entries = _catalog(
-            release, given.get("subsets"), given.get("storage_options"), given.get("catalogs"), 2000
-        )
+        entries = _catalog(release, given.get("subsets"), given.get("storage_options"), given.get("catalogs"))
         if as_json:
             rows = [
                 {
@@ -185,38 +187,28 @@ def register(app: typer.Typer) -> None:
         print_whole(console, t)
 
     @app.command("refresh", epilog=REFRESH_EXAMPLES)
-    @config_options(only=RECIPE_OPTIONS)
+    @config_options(only=REFRESH_OPTIONS)
     def refresh(
         release: Annotated[str, typer.Argument(help="release folder or fsspec URL (the new upstream)")],
         out: Annotated[str, typer.Option("--out", "-o", help="output folder of the earlier run")],
-        license_allow: Annotated[
-            list[str] | None,
-            typer.Option(help="only subsets under these licenses (SPDX ids or patterns, comma-separated)"),
-        ] = None,
         retry_unpublished: Annotated[
             bool, typer.Option(help="also rerun subsets whose last run was held back")
         ] = False,
         dry_run: Annotated[bool, typer.Option(help="print what would change, do nothing")] = False,
-        executor: Annotated[
-            str, typer.Option(help=f"where the reruns' tasks run: {' | '.join(EXECUTOR_NAMES)} (as run's)")
-        ] = "ray",
         **options: Any,
     ) -> None:
         """Rerun only subsets whose README, license, JSONL or media recipe changed; unpublish removed ones.
-        The reruns take the last run's options; the recipe options given here replace its."""
+        The reruns take the last run's options; the recipe options and --executor given here replace its."""
         from ...tasks.catalog import parse_license_allow
 
-        if executor not in EXECUTOR_NAMES:
-            raise typer.BadParameter(
-                f"{executor!r} is not one of {', '.join(EXECUTOR_NAMES)}", param_hint="--executor"
-            )
-        allow = parse_license_allow(license_allow)
         given = with_config_options(options)
+        allow = parse_license_allow(given.pop("license_allow", None))
+        executor = given.pop("executor")
         storage_option, recipes = given.pop("storage_options", None), given.get("catalogs")
         if dry_run:  # the plan only: no Prefect, no Ray
             from ..ops import plan_release_refresh
 
-            entries = _catalog(release, None, storage_option, recipes, 2000)
+            entries = _catalog(release, None, storage_option, recipes)
             _print_plan(
                 release, out, plan_release_refresh(entries, out, allow, retry_unpublished=retry_unpublished)
             )

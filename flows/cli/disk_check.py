@@ -1,5 +1,5 @@
 """Before a run fetches anything: does the estimated disk of the work still to do fit the output's file
-system? The estimate is ``catalog --estimate``'s (``tasks/ops/estimate``) made cheap: no object is fetched
+system? The estimate is ``catalog --estimate``'s (``tasks/estimate``) made cheap: no object is fetched
 or decoded (disk ratios from an earlier run in OUT, else the stated defaults), no HTTP object is sized by a
 request (sizes the release tars, archive indexes and listings say, or the store holds), and nothing is
 written to OUT. A run that would not fit is refused with one line (exit 2) before its services start."""
@@ -43,7 +43,7 @@ def _local(url: str) -> bool:
 def disk_need(cfg: RunConfig, reserve: int = 0) -> DiskNeed | None:
     """The estimated bytes the run adds to its output's file system against what is free there; None when
     the output is not a local folder (nothing to measure)."""
-    from ...tasks.ops import EstimateOptions, estimate_release
+    from ...tasks.estimate import EstimateOptions, estimate_release
 
     if not _local(cfg.out):
         return None

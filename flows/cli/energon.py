@@ -6,9 +6,11 @@ Registered on the main app by ``flows/cli/__init__.py`` (``energon.register(app)
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+
+from .options import config_options, with_config_options
 
 MIX_EXAMPLES = """
 Examples:
@@ -35,6 +37,7 @@ def register(app: typer.Typer) -> None:
     app.command(epilog=VALIDATE_EXAMPLES)(validate)
 
 
+@config_options(only=("license_allow",))
 def mix(
     out: Annotated[str, typer.Argument(help="output folder of a run")],
     name: Annotated[str, typer.Option("--name", help="mix name: writes OUT/energon/NAME.yaml")],
@@ -45,21 +48,19 @@ def mix(
     by: Annotated[str, typer.Option(help="tokens: weights are token shares | samples: sample shares")] = (
         "tokens"
     ),
-    license_allow: Annotated[
-        list[str] | None,
-        typer.Option(help="keep only subsets with this license (SPDX id or glob; repeatable, or a,b)"),
-    ] = None,
     max_tokens: Annotated[
         str | None, typer.Option(help="token budget of the mix, e.g. 2B: larger subsets use a prefix")
     ] = None,
     max_open_files: Annotated[
         int, typer.Option(help="open files a loader worker may keep for the blend (see ulimit -n)")
     ] = 512,
+    **options: Any,
 ) -> None:
     """Write a MetadatasetV2 training blend over the published subsets and print its shares."""
+    from ...schemas.option_values import comma_list
     from ...tasks.ops import format_mix, parse_count, write_mix
 
-    allow = [item.strip() for raw in license_allow or [] for item in raw.split(",") if item.strip()]
+    allow = list(comma_list(with_config_options(options).get("license_allow")))
     plan = write_mix(
         out,
         name=name,

@@ -1,5 +1,5 @@
 """``vlmforge catalog --estimate``: the options that say which run is being estimated, and the printing.
-The work is :func:`~vlmforge.tasks.ops.estimate.estimate_release`."""
+The work is :func:`~vlmforge.tasks.estimate.estimate_release`."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def run_estimate(
 ) -> Any:
     """The run's config from flat ``options``, estimated (with the comparison when ``out`` is set)."""
     from ...tasks.errors import ConfigError
-    from ...tasks.ops import EstimateOptions, estimate_config, estimate_release, parse_bandwidth
+    from ...tasks.estimate import EstimateOptions, estimate_config, estimate_release, parse_bandwidth
 
     try:
         rate = parse_bandwidth(bandwidth)
@@ -51,8 +51,8 @@ def run_estimate(
 
 
 def print_estimate(release: str, estimate: Any, as_json: bool) -> None:
-    from ...tasks.ops import as_json as to_json
-    from ...tasks.ops import estimate_table, footnotes, versus_hours, versus_table
+    from ...tasks.estimate import as_json as to_json
+    from ...tasks.estimate import estimate_table, footnotes, versus_hours, versus_table
 
     versus = estimate.versus
     if as_json:

@@ -16,9 +16,27 @@ from pydantic.fields import FieldInfo
 
 from ...schemas.config import RunConfig
 
-__all__ = ["ConfigOption", "config_options", "run_options", "with_config_options", "with_trainer"]
+__all__ = [
+    "ConfigOption",
+    "TrainerOption",
+    "config_options",
+    "run_options",
+    "with_config_options",
+    "with_trainer",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: ``--trainer``, on every command that takes the run's knobs (``run``, ``catalog --estimate``): applied by
+#: :func:`with_trainer`.
+TrainerOption = Annotated[
+    str | None,
+    typer.Option(
+        help="set --model and the knobs to what this trainer's data path does (bridge-qwen2.5-vl | "
+        "bridge-qwen3-vl; table in README); options given explicitly override the trainer's values",
+        rich_help_panel="Model and knobs",
+    ),
+]
 
 
 class ConfigOption:

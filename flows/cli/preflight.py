@@ -219,9 +219,9 @@ def _parent_hint(root: Path) -> str:
     return f"did you mean {parent / near[0]}?" if near else f"{parent} exists; check the rest of the path"
 
 
-def _listing(names: list[str], limit: int = 8) -> str:
-    more = f", ... ({len(names)} in all)" if len(names) > limit else ""
-    return ", ".join(names[:limit]) + more
+def _listing(names: list[str], at_most: int = 8) -> str:
+    more = f", ... ({len(names)} in all)" if len(names) > at_most else ""
+    return ", ".join(names[:at_most]) + more
 
 
 def _one_line(text: str) -> str:

@@ -1,16 +1,13 @@
+"""What a release holds, before any media work: subsets, hashes, rows, licenses, batch plans, media recipes,
+and what a refresh changes."""
+
 from __future__ import annotations
 
 from .recipe_files import RecipeError, builtin_catalog_dir, check_ready, find_recipe, load_recipe
-from .recipe_fingerprints import (
-    recipe_fingerprint,
-    recipe_fingerprints_from_dir,
-    recipe_fingerprints_of,
-    with_recipe_fingerprints,
-)
+from .recipe_fingerprints import recipe_fingerprints_of, with_recipe_fingerprints
 from .recipe_init import draft_recipe
 from .refresh import (
     RefreshPlan,
-    SubsetChange,
     catalog_columns,
     last_run_options,
     parse_license_allow,
@@ -30,7 +27,6 @@ from .storage_options import parse_storage_options
 __all__ = [
     "RecipeError",
     "RefreshPlan",
-    "SubsetChange",
     "builtin_catalog_dir",
     "catalog_columns",
     "catalog_release",
@@ -45,8 +41,6 @@ __all__ = [
     "plan_refresh",
     "plan_release_refresh",
     "read_previous_catalog",
-    "recipe_fingerprint",
-    "recipe_fingerprints_from_dir",
     "recipe_fingerprints_of",
     "refresh_config",
     "release_revision",

@@ -19,8 +19,8 @@ from vlmforge.tasks.catalog.revision import release_revision
 from vlmforge.tasks.catalog.scan import scan_jsonl, scan_subset_jsonl
 from vlmforge.tasks.catalog.storage_options import parse_storage_options
 from vlmforge.tasks.errors import ReleaseError
-from vlmforge.tasks.ops.sample_release.expected import EXPECTED, LICENSES
 from vlmforge.tasks.parse.jsonl_batch import parse_batch
+from vlmforge.tasks.sample_release.expected import EXPECTED, LICENSES
 
 LOCAL = fsspec.filesystem("file")
 

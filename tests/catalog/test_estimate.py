@@ -21,8 +21,8 @@ from PIL import Image
 
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.estimate_rows import TOTAL, EstimateRow
-from vlmforge.tasks.ops.estimate.release_estimate import EstimateOptions, estimate_release
-from vlmforge.tasks.ops.estimate.versus import actual_figures, versus_actual
+from vlmforge.tasks.estimate.release_estimate import EstimateOptions, estimate_release
+from vlmforge.tasks.estimate.versus import actual_figures, versus_actual
 from vlmforge.tasks.ops.query import run_query
 
 pytestmark = pytest.mark.slow

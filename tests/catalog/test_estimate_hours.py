@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from vlmforge.tasks.ops import RUN_WIDE, StageTime, write_outside_time, write_stage_times
-from vlmforge.tasks.ops.estimate.estimate_report import human_hours
-from vlmforge.tasks.ops.estimate.hours import (
+from vlmforge.tasks.estimate.estimate_report import human_hours
+from vlmforge.tasks.estimate.hours import (
     DEFAULT_STARTUP_SECONDS,
     Rates,
     measured_rates,
     rates_of_run,
     run_hours,
 )
-from vlmforge.tasks.ops.estimate.versus import run_hours_after
+from vlmforge.tasks.estimate.versus import run_hours_after
+from vlmforge.tasks.ops import RUN_WIDE, StageTime, write_outside_time, write_stage_times
 
 CORES = 2
 

@@ -18,13 +18,13 @@ from http_fixture import HttpFixture
 
 from vlmforge.schemas.recipes import parse_recipe
 from vlmforge.tasks.catalog.release_catalog import catalog_release
+from vlmforge.tasks.estimate.hours import Rates, parse_bandwidth, run_hours
+from vlmforge.tasks.estimate.probes import IndexedReleaseMedia, http_size
+from vlmforge.tasks.estimate.references import subset_references
+from vlmforge.tasks.estimate.sizes import size_references
+from vlmforge.tasks.estimate.sizing import Miss, Sized, SizingContext
 from vlmforge.tasks.fetch.client import HttpClient, HttpOptions
 from vlmforge.tasks.fetch.release_media import ReleaseMedia
-from vlmforge.tasks.ops.estimate.hours import Rates, parse_bandwidth, run_hours
-from vlmforge.tasks.ops.estimate.probes import IndexedReleaseMedia, http_size
-from vlmforge.tasks.ops.estimate.references import subset_references
-from vlmforge.tasks.ops.estimate.sizes import size_references
-from vlmforge.tasks.ops.estimate.sizing import Miss, Sized, SizingContext
 
 BODY = bytes(range(256)) * 40
 
@@ -171,8 +171,8 @@ def test_sources_are_tried_in_order_and_a_miss_falls_through(tmp_path: Path, srv
 def test_unmeasured_sizes_carry_an_interval_and_a_full_sample_is_exact(
     tmp_path: Path, srv: HttpFixture
 ) -> None:
-    from vlmforge.tasks.ops.estimate.disk import DEFAULT
-    from vlmforge.tasks.ops.estimate.tally import SubsetSizing, tally
+    from vlmforge.tasks.estimate.disk import DEFAULT
+    from vlmforge.tasks.estimate.tally import SubsetSizing, tally
 
     sizes = [1000 + 37 * i for i in range(30)]
     for i, n in enumerate(sizes):
@@ -220,8 +220,8 @@ def test_hours_name_the_bottleneck() -> None:
 
 
 def test_a_tar_at_a_url_costs_its_whole_size_once(tmp_path: Path, srv: HttpFixture) -> None:
-    from vlmforge.tasks.ops.estimate.disk import DEFAULT
-    from vlmforge.tasks.ops.estimate.tally import SubsetSizing, tally
+    from vlmforge.tasks.estimate.disk import DEFAULT
+    from vlmforge.tasks.estimate.tally import SubsetSizing, tally
 
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tf:

@@ -1,4 +1,4 @@
-"""Tests for the deterministic sample-release generator (vlmforge.tasks.ops.sample_release)."""
+"""Tests for the deterministic sample-release generator (vlmforge.tasks.sample_release)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import av
 import pytest
 from PIL import Image, ImageOps
 
-from vlmforge.tasks.ops.sample_release.expected import EXPECTED, EXPECTED_MEDIA_ERRORS, LARGE_IMAGE, SUBSETS
-from vlmforge.tasks.ops.sample_release.sample_build import SampleRelease, build_sample_release, main
+from vlmforge.tasks.sample_release.expected import EXPECTED, EXPECTED_MEDIA_ERRORS, LARGE_IMAGE, SUBSETS
+from vlmforge.tasks.sample_release.sample_build import SampleRelease, build_sample_release, main
 
 DEFAULT_MAX_PIXELS = 12_845_056
 

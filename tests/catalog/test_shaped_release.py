@@ -1,4 +1,4 @@
-"""The v3-shaped generated release (tasks/ops/sample_release/shaped.py): 76 long-tailed subsets of every row
+"""The v3-shaped generated release (tasks/sample_release/shaped.py): 76 long-tailed subsets of every row
 kind, media in release tars, loose clips and behind upstream recipes, the same bytes every time."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 from PIL import Image
 
 from vlmforge.tasks.catalog import catalog_release, load_recipe
-from vlmforge.tasks.ops.sample_release.shaped import ShapedRelease, build_shaped_release
-from vlmforge.tasks.ops.sample_release.shaped_plan import plan_release, zipf_sizes
+from vlmforge.tasks.sample_release.shaped import ShapedRelease, build_shaped_release
+from vlmforge.tasks.sample_release.shaped_plan import plan_release, zipf_sizes
 
 ROWS = 600
 

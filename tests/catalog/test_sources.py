@@ -30,7 +30,7 @@ _IMAGES = ("astronaut.png", "camera.png", "coffee.png", "chelsea.png", "rocket.j
 
 
 def _image(name: str, size: tuple[int, int] = (96, 72), fmt: str = "JPEG") -> bytes:
-    from vlmforge.tasks.ops.sample_release.images import load as _load
+    from vlmforge.tasks.sample_release.images import load as _load
 
     im = _load(name).convert("RGB").resize(size, Image.Resampling.LANCZOS)
     buf = io.BytesIO()
@@ -39,8 +39,8 @@ def _image(name: str, size: tuple[int, int] = (96, 72), fmt: str = "JPEG") -> by
 
 
 def _video(path: Path, n: int, offset: int = 0) -> bytes:
-    from vlmforge.tasks.ops.sample_release.videos import encode_mp4 as _encode_mp4
-    from vlmforge.tasks.ops.sample_release.videos import pan_frames as _pan_frames
+    from vlmforge.tasks.sample_release.videos import encode_mp4 as _encode_mp4
+    from vlmforge.tasks.sample_release.videos import pan_frames as _pan_frames
 
     frames = _pan_frames(n + offset, size=(160, 120))[offset:]
     _encode_mp4(path, frames, fps=10)
@@ -106,7 +106,7 @@ def build_infovqa(root: Path) -> Path:
     data = root / "data"
     data.mkdir(parents=True)
     (root / "README.md").write_text("# InfoVQA\n\nInfographics VQA, images embedded in the rows.\n")
-    from vlmforge.tasks.ops.sample_release.images import load as _load
+    from vlmforge.tasks.sample_release.images import load as _load
 
     tiles = [
         _load(n).convert("RGB").resize((400, 300)) for n in ("astronaut.png", "coffee.png", "chelsea.png")

@@ -8,8 +8,8 @@ import pytest
 from vlmforge.schemas.recipes import REMOTE_KINDS, SOURCE_KINDS, SOURCE_MODELS, parse_recipe
 from vlmforge.schemas.source_registry import by_source_kind
 from vlmforge.tasks.catalog.recipe_init import URL_SHAPES, source_for_url
+from vlmforge.tasks.estimate.sizes import SIZERS
 from vlmforge.tasks.fetch.sources import SOURCES
-from vlmforge.tasks.ops.estimate.sizes import SIZERS
 
 
 def test_every_recipe_source_kind_has_one_implementation() -> None:

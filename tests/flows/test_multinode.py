@@ -55,7 +55,7 @@ from conftest import final_flow_run, output_hashes
 from http_fixture import HttpFixture
 from reliability.stage_events import StageEvents
 
-from vlmforge.tasks.ops.sample_release.shaped import UPSTREAM_ENV, ShapedRelease, build_shaped_release
+from vlmforge.tasks.sample_release.shaped import UPSTREAM_ENV, ShapedRelease, build_shaped_release
 
 # the reference run, two runs on three nodes, two clusters and a node failure: 12 min at load 4-10 on 2 cores
 # (the CLI test alone took 13-15 min at load 20); per test (the first also waits for the reference) > 900 s

@@ -31,8 +31,8 @@ from vlmforge.tasks.gate.params import load_overrides
 from vlmforge.tasks.gate.results import GateResult, record_gate, record_run
 from vlmforge.tasks.gate.suites import GATE_SUITES, load_suite
 from vlmforge.tasks.manifests import OutputLayout
-from vlmforge.tasks.ops.sample_release.chat import asst, dump, txt, user
-from vlmforge.tasks.ops.sample_release.files import readme, write_files, write_jsonl
+from vlmforge.tasks.sample_release.chat import asst, dump, txt, user
+from vlmforge.tasks.sample_release.files import readme, write_files, write_jsonl
 
 SAMPLE_RELEASE_OVERRIDES = Path(__file__).resolve().parents[2] / "expectations/sample-release-overrides.json"
 TEXT_ONLY = ("text_chat_a", "text_chat_b")

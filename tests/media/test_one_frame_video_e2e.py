@@ -24,7 +24,7 @@ from PIL import Image
 
 from vlmforge.schemas.config import RunConfig
 from vlmforge.tasks.manifests import OutputLayout, read_table
-from vlmforge.tasks.ops.sample_release.files import readme
+from vlmforge.tasks.sample_release.files import readme
 
 pytestmark = pytest.mark.slow
 SUBSET = "one_frame"

@@ -220,8 +220,8 @@ def published(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     """The sample release through the stage functions (no Prefect, no Ray), published as ``bridge``."""
     from vlmforge.tasks.batch.batch_pipeline import build_batch
     from vlmforge.tasks.catalog.release_catalog import catalog_release
-    from vlmforge.tasks.ops.sample_release.sample_build import build_sample_release
     from vlmforge.tasks.publish.publish import publish_metadataset, publish_subset
+    from vlmforge.tasks.sample_release.sample_build import build_sample_release
 
     root = tmp_path_factory.mktemp(f"bridge-{request.param}")
     release = build_sample_release(root / "release").root

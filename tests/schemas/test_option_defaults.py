@@ -17,8 +17,8 @@ from pydantic_core import PydanticUndefined
 from vlmforge.schemas.config import _SUBMODELS, RunConfig
 
 REPO = Path(__file__).resolve().parents[2]
-# Where stages take options as parameters.
-ROOTS = ("tasks",)
+# Where stages, and the flows and commands that call them, take options as parameters.
+ROOTS = ("tasks", "flows")
 # Parameters that share an option's name but not its meaning: (function or class, parameter) -> what it is.
 OTHER_MEANING = {
     ("build_shaped_release", "subsets"): "the subsets a generated sample release is made of",

@@ -8,7 +8,7 @@ next source. A source never raises for one reference: failures are answers.
 
 Adding a kind: its pydantic model in ``schemas/recipes.py`` (and the ``Source`` union), a module here with a
 class implementing :class:`MediaSource`, and its line in :data:`~.SOURCES`; its sizer for ``catalog
---estimate`` (``tasks/ops/estimate/sizes.py``). Both registries fail at import while a kind lacks its part.
+--estimate`` (``tasks/estimate/sizes.py``). Both registries fail at import while a kind lacks its part.
 """
 
 from __future__ import annotations

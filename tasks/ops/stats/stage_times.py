@@ -92,7 +92,7 @@ def write_outside_time(out: str, run_id: str, seconds: float, cores: int) -> str
     """The ``startup`` row of run ``run_id``: what its process spent outside the flow (services and imports
     before it, the summary and the services' stop after it) on a cluster of ``cores`` CPUs, written by the
     process that ran the flow (``vlmforge run``) once it has ended, as a part of its own
-    (``subset=_run/part-<run>-process.parquet``). The estimate's start-up (tasks/ops/estimate/hours.py)."""
+    (``subset=_run/part-<run>-process.parquet``). The estimate's start-up (tasks/estimate/hours.py)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -20,11 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ....schemas.recipes import UnsetVariable, fill
-from ....schemas.records import SubsetEntry
-from ....schemas.redact import redact
-from ...fetch import SOURCE_ERROR, FetchError, HttpClient, Located
-from ...storage import ContentStore
+from ...schemas.recipes import UnsetVariable, fill
+from ...schemas.records import SubsetEntry
+from ...schemas.redact import redact
+from ..fetch import SOURCE_ERROR, FetchError, HttpClient, Located
+from ..storage import ContentStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +53,10 @@ class Miss:
 Answer = Sized | Miss
 
 
+# Objects per source and subset sized by a request where no index says it: an estimate's default
+DEFAULT_PROBE_SAMPLE = 64
+
+
 @dataclass
 class SizingContext:
     """What the sizers of one estimate share: the subset, the store, the HTTP client and its pool, the
@@ -63,7 +67,7 @@ class SizingContext:
     pool: ThreadPoolExecutor
     store: ContentStore | None = None
     media_roots: tuple[str, ...] = ()
-    probe_sample: int = 64  # objects per source whose size is asked over HTTP
+    probe_sample: int = DEFAULT_PROBE_SAMPLE  # objects per source whose size is asked over HTTP
     seed: int = 0
     strata: dict[str, list[int]] = field(default_factory=dict)  # stratum -> measured sizes
     stratum_objects: dict[str, int] = field(default_factory=dict)  # stratum -> objects it stands for

@@ -10,8 +10,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ....schemas.estimate_rows import TOTAL, EstimateRow
-from ....schemas.records import SubsetEntry
+from ...schemas.estimate_rows import TOTAL, EstimateRow
+from ...schemas.records import SubsetEntry
 from .disk import INDEX_ENTRY_BYTES, LOCAL_KINDS, SHARD_BYTES, SHARD_TAIL, DiskRatios, sample_overhead
 from .hours import Rates, run_hours
 from .references import SubsetRefs

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from ....schemas.reasons import REASONS, code_of
+from ...schemas.reasons import REASONS, code_of
 
 __all__ = ["EXPECTED", "EXPECTED_MEDIA_ERRORS", "LARGE_IMAGE", "LARGE_SIZE", "LICENSES", "SUBSETS"]
 

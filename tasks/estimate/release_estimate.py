@@ -17,22 +17,26 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
-from ....schemas.config import RunConfig
-from ....schemas.estimate_rows import ESTIMATES, EstimateRow
-from ....schemas.recipes import Recipe
-from ...catalog import catalog_release, check_ready, find_recipe
-from ...fetch import HttpClient, HttpOptions, bind_environment
-from ...manifests import OutputLayout
-from ...storage import ContentStore, atomic_write_bytes
+from ...schemas.config import RunConfig
+from ...schemas.estimate_rows import ESTIMATES, EstimateRow
+from ...schemas.recipes import Recipe
+from ..catalog import catalog_release, check_ready, find_recipe
+from ..fetch import HttpClient, HttpOptions, bind_environment
+from ..manifests import OutputLayout
+from ..storage import ContentStore, atomic_write_bytes
 from .disk import DEFAULT, DiskRatios, previous_ratios, sampled_ratios
-from .hours import Rates, measured_rates
+from .hours import Rates, measured_rates, parse_bandwidth
 from .references import subset_references
 from .sizes import size_references
-from .sizing import SizingContext
+from .sizing import DEFAULT_PROBE_SAMPLE, SizingContext
 from .tally import SubsetSizing, tally
 from .versus import Versus, versus_actual
 
-DEFAULT_BANDWIDTH = 1e9 / 8  # 1 Gbit/s
+# Objects an estimate decodes per subset and the network its hours are for (the probe sample: .sizing),
+# declared once: the catalog command's and the estimate flow's defaults are these.
+DEFAULT_DECODE_SAMPLE = 8
+DEFAULT_BANDWIDTH_TEXT = "1Gbit"
+DEFAULT_BANDWIDTH = parse_bandwidth(DEFAULT_BANDWIDTH_TEXT)  # bytes per second
 
 
 @dataclass(frozen=True)
@@ -42,8 +46,12 @@ class EstimateOptions:
 
     cfg: RunConfig
     out: str | None = None  # an output folder: its store, an earlier run's ratios and rates; the table
-    probe_sample: int = 64  # objects per source and subset sized by a request where no index says it
-    decode_sample: int = 8  # objects per subset fetched and normalised for the disk ratios (0: none)
+    probe_sample: int = (
+        DEFAULT_PROBE_SAMPLE  # objects per source and subset sized by a request where no index says it
+    )
+    decode_sample: int = (
+        DEFAULT_DECODE_SAMPLE  # objects per subset fetched and normalised for the disk ratios (0: none)
+    )
     seed: int = 0
     cores: int = 0  # 0: this machine's
     bandwidth: float = DEFAULT_BANDWIDTH  # bytes per second

@@ -19,14 +19,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ....schemas.config import RunConfig
-from ....schemas.recipes import Recipe
-from ....schemas.records import SubsetEntry
-from ....schemas.redact import redact
-from ....schemas.rows import MediaRow
-from ...fetch import FetchContext, FetchKnobs, fetch_batch, read_outcome
-from ...manifests import OutputLayout
-from ...storage import ContentStore, sha256_bytes
+from ...schemas.config import RunConfig
+from ...schemas.recipes import Recipe
+from ...schemas.records import SubsetEntry
+from ...schemas.redact import redact
+from ...schemas.rows import MediaRow
+from ..fetch import FetchContext, FetchKnobs, fetch_batch, read_outcome
+from ..manifests import OutputLayout
+from ..storage import ContentStore, sha256_bytes
 from .sizing import Answer, Sized
 
 # Settings an earlier run's ratios hold for (the media stage's knobs that change output bytes).
@@ -81,7 +81,7 @@ def previous_ratios(out: str, cfg: RunConfig) -> dict[str, DiskRatios]:
         return {}
     if any(getattr(getattr(config, a), b) != getattr(getattr(cfg, a), b) for a, b in RATIO_SETTINGS):
         return {}
-    from ..query import connect
+    from ..ops import connect
 
     con = connect(out)
     try:
@@ -138,8 +138,8 @@ def sampled_ratios(
     run fetches them and normalised as the run normalises them; None when none could be measured."""
     import random
 
-    from ...batch import Normaliser
-    from ...geometry import geometry_of
+    from ..batch import Normaliser
+    from ..geometry import geometry_of
 
     found = {ref: a for ref, a in answers.items() if isinstance(a, Sized) and not a.bound}
     if count <= 0 or not found:

@@ -10,7 +10,7 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from ....schemas.estimate_rows import TOTAL, EstimateRow
+from ...schemas.estimate_rows import TOTAL, EstimateRow
 from .versus import Versus
 
 _UNITS = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))

@@ -88,7 +88,7 @@ def measured_rates(out: str) -> Rates | None:
     """The rates of the latest run in ``out`` that did batch work (a rerun that skipped every batch measured
     nothing), from its ``runs`` table, or None. The batch stages' times are summed over the batches (each
     batch runs on one core), so seconds / items is per core."""
-    from ..query import connect
+    from ..ops import connect
 
     try:
         con = connect(out)

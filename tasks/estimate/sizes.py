@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ....schemas.recipe_match import MatchBudgetError
-from ....schemas.recipes import (
+from ...schemas.recipe_match import MatchBudgetError
+from ...schemas.recipes import (
     ArchiveSource,
     HfSource,
     HttpFilesSource,
@@ -25,8 +25,8 @@ from ....schemas.recipes import (
     fill,
     ref_variables,
 )
-from ....schemas.source_registry import by_source_kind
-from ...fetch import (
+from ...schemas.source_registry import by_source_kind
+from ..fetch import (
     MATCH_BUDGET,
     NO_SOURCE,
     NOT_FOUND,
@@ -41,8 +41,8 @@ from ...fetch import (
     normalize_member,
     s3_filesystem,
 )
-from ...parse import normalize_ref, unsafe_ref_reason
-from ...storage import is_local, url_to_fs
+from ..parse import normalize_ref, unsafe_ref_reason
+from ..storage import is_local, url_to_fs
 from .probes import IndexedReleaseMedia, file_size, fs_sizes, http_size, zip_directory
 from .sizing import Answer, Miss, Sized, Sizer, SizingContext, locate_all, sampled
 

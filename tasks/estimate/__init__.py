@@ -2,18 +2,20 @@
 body is read. The front door: :func:`estimate_release` (and the report's pieces ``flows/`` prints).
 
 It runs the stages' own code (the catalog, the parser, the fetch stage's recipe order, readers and HTTP
-client, the media stage's normaliser for a decoded sample) without their side effects, so it sits after
-them, with the other operations on a release or an output.
+client, the media stage's normaliser for a decoded sample) without their side effects, and reads an earlier
+run's figures through ``ops``' DuckDB views, so it comes last in the import order.
 """
 
-from .estimate_config import estimate_config, estimate_fields
 from .estimate_report import as_json, as_markdown, estimate_table, footnotes, versus_hours, versus_table
+from .estimated_run import estimate_config, estimate_fields
 from .hours import parse_bandwidth
-from .release_estimate import Estimate, EstimateOptions, estimate_release
-from .versus import versus_actual
+from .release_estimate import DEFAULT_BANDWIDTH_TEXT, DEFAULT_DECODE_SAMPLE, EstimateOptions, estimate_release
+from .sizing import DEFAULT_PROBE_SAMPLE
 
 __all__ = [
-    "Estimate",
+    "DEFAULT_BANDWIDTH_TEXT",
+    "DEFAULT_DECODE_SAMPLE",
+    "DEFAULT_PROBE_SAMPLE",
     "EstimateOptions",
     "as_json",
     "as_markdown",
@@ -23,7 +25,6 @@ __all__ = [
     "estimate_table",
     "footnotes",
     "parse_bandwidth",
-    "versus_actual",
     "versus_hours",
     "versus_table",
 ]

@@ -12,10 +12,10 @@ from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from ....schemas.records import Record, SubsetEntry
-from ...catalog import strip_bom
-from ...parse import iter_line_chunks, parse_batch, split_lines
-from ...storage import url_to_fs
+from ...schemas.records import Record, SubsetEntry
+from ..catalog import strip_bom
+from ..parse import iter_line_chunks, parse_batch, split_lines
+from ..storage import url_to_fs
 
 CHUNK = 8 * 1024 * 1024
 

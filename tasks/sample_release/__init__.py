@@ -16,5 +16,10 @@ mode 0o644, sorted members), Pillow writes no timestamps, PyAV encodes with ``th
 flags, and JSONL is written with explicit separators (:mod:`.images`, :mod:`.videos`, :mod:`.files`).
 :mod:`.expected` says what the pipeline must make of every line.
 
-Run ``python -m vlmforge.tasks.ops.sample_release DEST [--overwrite]`` (:mod:`.build`).
+Run ``python -m vlmforge.tasks.sample_release DEST [--overwrite]`` (:mod:`.sample_build`).
 """
+
+from .sample_build import build_sample_release
+from .shaped import build_shaped_release
+
+__all__ = ["build_sample_release", "build_shaped_release"]

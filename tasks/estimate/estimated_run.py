@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ....schemas.config import RECIPE_OPTIONS, RunConfig
+from ...schemas.config import RECIPE_OPTIONS, RunConfig
 
 # What an estimate reads of a run: the release and its subsets, where media is stored and how it is fetched
 # per host, the recipe options (the variables a recipe may read among them), and every media and token knob

@@ -16,8 +16,8 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
-from ....schemas.redact import redact
-from ...fetch import (
+from ...schemas.redact import redact
+from ..fetch import (
     BAD_ARCHIVE,
     HTTP_404,
     NOT_FOUND,
@@ -31,7 +31,7 @@ from ...fetch import (
     read_zip_index,
     retry_call,
 )
-from ...storage import ContentStore
+from ..storage import ContentStore
 
 LIST_FROM = 16  # keys of one folder from which a listing is cheaper than one metadata request per key
 

@@ -1,5 +1,5 @@
 """Write the whole sample release: every subset's builder, in :data:`~.expected.SUBSETS` order, into one
-folder (``python -m vlmforge.tasks.ops.sample_release DEST [--overwrite]``)."""
+folder (``python -m vlmforge.tasks.sample_release DEST [--overwrite]``)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def _prepare_dest(dest: Path, overwrite: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m vlmforge.tasks.ops.sample_release",
+        prog="python -m vlmforge.tasks.sample_release",
         description="Write the deterministic vlmforge sample release.",
     )
     parser.add_argument("dest", type=Path, help="output folder (one folder per subset is written inside)")

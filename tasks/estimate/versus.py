@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ....schemas.estimate_rows import TOTAL
-from ...manifests import OutputLayout
-from ...storage import INCOMING, LOCKS
+from ...schemas.estimate_rows import TOTAL
+from ..manifests import OutputLayout
+from ..storage import INCOMING, LOCKS
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ SELECT count(*), coalesce(sum(bytes), 0) FROM (
 
 def actual_figures(out: str, store: str | None = None) -> dict[str, Actual]:
     """Per subset and ``_total``, what the runs in ``out`` took ({} before any run)."""
-    from ..query import connect
+    from ..ops import connect
 
     layout = OutputLayout(out)
     if not layout.fs.isdir(f"{layout.manifests}/media"):
@@ -93,7 +93,7 @@ def actual_figures(out: str, store: str | None = None) -> dict[str, Actual]:
 
 def store_size(store: str) -> int | None:
     """Bytes of the store's objects and index on disk (partial downloads and locks left out)."""
-    from ...storage import url_to_fs
+    from ..storage import url_to_fs
 
     fs, root = url_to_fs(store)
     if not fs.isdir(root):
@@ -114,7 +114,7 @@ def _compact(started_at: object) -> str:
 def run_hours_after(out: str, estimate_id: str) -> float | None:
     """Wall hours of the first run in ``out`` that started after estimate ``estimate_id``: its start-up and
     its flow (the run the estimate was made for; a later rerun would take less). None without such a run."""
-    from ..query import connect
+    from ..ops import connect
 
     con = connect(out)
     try:
@@ -130,7 +130,7 @@ def run_hours_after(out: str, estimate_id: str) -> float | None:
 
 def estimate_before_run(out: str) -> list[dict[str, Any]]:
     """The rows of the last estimate made before the latest run in ``out`` ([] when there is none)."""
-    from ..query import connect
+    from ..ops import connect
 
     layout = OutputLayout(out)
     if not layout.fs.isdir(f"{layout.manifests}/estimates") or not layout.fs.isdir(

@@ -1,5 +1,0 @@
-"""``python -m vlmforge.tasks.ops.sample_release DEST [--overwrite]``."""
-
-from .sample_build import main
-
-raise SystemExit(main())
