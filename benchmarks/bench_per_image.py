@@ -99,7 +99,7 @@ def profile_phases(urls: list[str], decode: str, store_dir: Path, clock: Clock) 
     store = ContentStore(str(store_dir))
     client = HttpClient()
     warm = client.get(urls[6], expect_media=True).body  # a resized image: torch's first import is not timed
-    process_image(warm, target_size=geometry.stored_image_size, max_pixels=geometry.max_pixels)
+    process_image(warm, target_size=geometry.stored_image_size, max_pixels=geometry.bounds.image_max_pixels)
     for i, url in enumerate(urls):
         cls = bench_run._base_of(i)[0]
 
@@ -117,8 +117,8 @@ def profile_phases(urls: list[str], decode: str, store_dir: Path, clock: Clock) 
         res = process_image(
             data,
             target_size=geometry.stored_image_size,
-            max_pixels=geometry.max_pixels,
-            min_pixels=geometry.min_pixels,
+            max_pixels=geometry.bounds.image_max_pixels,
+            min_pixels=geometry.bounds.image_min_pixels,
         )
         whole = time.thread_time() - t0
         img = clock.time(key("header"), lambda data=data: open_header(data, 256_000_000, False))
@@ -195,7 +195,7 @@ def decode_floor(files: list[bytes], decode: str, clock: Clock) -> None:
         orientation = pending_orientation(img, None)
         w, h = displayed_size(img.size, orientation)
         t_h, t_w = geometry.stored_image_size(h, w)
-        if w * h <= geometry.max_pixels:
+        if w * h <= geometry.bounds.image_max_pixels:
             clock.time((decode, cls, "floor"), lambda img=img: (img.draft(img.mode, (1, 1)), img.load()))
         else:
             target = displayed_size((t_w, t_h), orientation)

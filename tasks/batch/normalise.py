@@ -77,10 +77,10 @@ class Normaliser:
         res = process_image(
             data,
             target_size=self.geometry.stored_image_size,
-            max_pixels=self.geometry.max_pixels,
+            max_pixels=self.geometry.bounds.image_max_pixels,
             max_image_pixels=self.cfg.media.max_image_pixels,
             image_format=self.cfg.media.image_format,
-            min_pixels=self.geometry.min_pixels,
+            min_pixels=self.geometry.bounds.image_min_pixels,
             min_side=self.cfg.media.min_image_side,
             accepted_formats=self.accepted_formats,
             align_to_grid=FEED_PATHS[self.cfg.tokens.feed_path].align_images,

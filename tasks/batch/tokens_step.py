@@ -57,14 +57,14 @@ class CountedSample:
 class TokenStep:
     def __init__(self, cfg: RunConfig, geometry: ModelGeometry, tokenizer: TextTokenizer) -> None:
         self.options, self.tokenizer = cfg.tokens, tokenizer
-        self.preset, self.max_pixels = geometry.preset, geometry.max_pixels_knob
+        self.preset, self.bounds = geometry.preset, geometry.bounds
         self.feed = FEED_PATHS[cfg.tokens.feed_path]
 
     def count(self, record: Record, media: SampleMedia) -> CountedSample:
         """Count the sample's tokens and write each media row's visual tokens. ``ValueError`` when they
         cannot be counted (e.g. a video too short for the model's temporal patch)."""
         sample = TokenInput(
-            record.messages, media.image_sizes, media.videos, self.preset, self.tokenizer, self.max_pixels
+            record.messages, media.image_sizes, media.videos, self.preset, self.tokenizer, self.bounds
         )
         tokens = sample.checked()
         fed = self.feed.fed(tokens, sample)

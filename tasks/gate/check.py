@@ -70,8 +70,8 @@ def gate_inputs(
         media=ManifestParts.of(layout, "media", entry.subset),
         params=gate_params(
             entry.subset,
-            max_pixels=geometry.max_pixels,
-            min_pixels=geometry.min_pixels,
+            max_pixels=geometry.bounds.image_max_pixels,
+            min_pixels=geometry.bounds.image_min_pixels,
             seq_len=cfg.tokens.seq_len,
             max_num_images=cfg.tokens.max_num_images,
             max_reject_rate=cfg.gate.max_reject_rate,

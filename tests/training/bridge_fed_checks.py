@@ -166,9 +166,7 @@ def layout_mismatches(out: Path, probed: Rows, trainer: str) -> list[str]:
             for m in rows
             if m["kind"] == "video"
         ]
-        lay = feed.layout(
-            TokenInput(messages, sizes, videos, geometry.preset, tokenizer, geometry.max_pixels_knob)
-        )
+        lay = feed.layout(TokenInput(messages, sizes, videos, geometry.preset, tokenizer, geometry.bounds))
         got = (lay.total, lay.last_visual_end, lay.first_supervised)
         if lay.total != row["total_tokens"]:
             wrong.append(f"{key}: layout of {lay.total} tokens, manifest total_tokens {row['total_tokens']}")
