@@ -33,8 +33,9 @@ class ModelGeometry:
     preset: ModelPreset
     #: the run's image bounds and video frame cap, resolved from the knobs once
     bounds: PixelBounds
-    #: per-frame cap of ``--video-mode frames`` (None: the model's own frame size)
-    frame_max_pixels: int | None
+    #: ``--video-max-pixels``: the cap of each frame ``--video-mode frames`` stores (None: the model's own
+    #: frame size). Not the token count's frame cap (``bounds.video_frame_cap``, from ``--max-pixels``)
+    stored_frame_cap: int | None
     max_num_frames: int | None
     frames_mode: FramesMode
 
@@ -43,7 +44,7 @@ class ModelGeometry:
         return cls(
             preset=preset,
             bounds=PixelBounds.of(preset, tokens),
-            frame_max_pixels=media.video_max_pixels,
+            stored_frame_cap=media.video_max_pixels,
             max_num_frames=tokens.max_num_frames,
             frames_mode=tokens.frames_mode,
         )
@@ -83,7 +84,7 @@ class ModelGeometry:
             width,
             indices=range(n_sampled),
             video_fps=1.0,
-            frame_cap=self.frame_max_pixels,
+            frame_cap=self.stored_frame_cap,
         )
         return tokens.resized_height, tokens.resized_width
 
