@@ -57,7 +57,8 @@ def measure(files: list[bytes]) -> dict[str, list[float]]:
     from vlmforge.tasks.geometry import geometry_of
     from vlmforge.tasks.media.resize import resize
 
-    geometry = geometry_of(RunConfig.of(release="unused", out="unused", max_pixels=1_048_576))
+    cfg = RunConfig.of(release="unused", out="unused", max_pixels=1_048_576)
+    geometry = geometry_of(cfg.tokens, cfg.media)
     bicubic = Image.Resampling.BICUBIC
     got: dict[str, list[float]] = {}
 

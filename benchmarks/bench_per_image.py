@@ -95,11 +95,11 @@ def profile_phases(urls: list[str], decode: str, store_dir: Path, clock: Clock) 
     from vlmforge.tasks.storage import ContentStore, sha256_bytes
 
     cfg = _cfg(decode, str(store_dir))
-    geometry = geometry_of(cfg)
+    geometry = geometry_of(cfg.tokens, cfg.media)
     store = ContentStore(str(store_dir))
     client = HttpClient()
     warm = client.get(urls[6], expect_media=True).body  # a resized image: torch's first import is not timed
-    process_image(warm, target_size=geometry.stored_image_size, max_pixels=geometry.max_pixels)
+    process_image(warm, target_size=geometry.stored_image_size, max_pixels=geometry.bounds.image_max_pixels)
     for i, url in enumerate(urls):
         cls = bench_run._base_of(i)[0]
 
@@ -116,8 +116,8 @@ def profile_phases(urls: list[str], decode: str, store_dir: Path, clock: Clock) 
         res = process_image(
             data,
             target_size=geometry.stored_image_size,
-            max_pixels=geometry.max_pixels,
-            min_pixels=geometry.min_pixels,
+            max_pixels=geometry.bounds.image_max_pixels,
+            min_pixels=geometry.bounds.image_min_pixels,
         )
         whole = time.thread_time() - t0
         img = clock.time(key("header"), lambda data=data: open_header(data, 256_000_000, False))
@@ -168,7 +168,7 @@ def kernel(urls: list[str], decode: str, store_dir: Path) -> tuple[float, float,
     )
     cfg = _cfg(decode, str(store_dir))
     store = ContentStore(str(store_dir))
-    normalise = Normaliser(cfg, geometry_of(cfg), store)
+    normalise = Normaliser(cfg, geometry_of(cfg.tokens, cfg.media), store)
     ok = 0
     c0, w0 = time.process_time(), time.perf_counter()
     for start in range(0, len(urls), 250):  # batches of 250 references, as a run cuts them
@@ -188,14 +188,15 @@ def decode_floor(files: list[bytes], decode: str, clock: Clock) -> None:
     from vlmforge.tasks.media.decode import open_header
     from vlmforge.tasks.media.orient import displayed_size, pending_orientation
 
-    geometry = geometry_of(_cfg(decode, "unused"))
+    cfg = _cfg(decode, "unused")
+    geometry = geometry_of(cfg.tokens, cfg.media)
     for i, data in enumerate(files):
         cls = bench_run._base_of(i)[0]
         img = open_header(data, 256_000_000, False)
         orientation = pending_orientation(img, None)
         w, h = displayed_size(img.size, orientation)
         t_h, t_w = geometry.stored_image_size(h, w)
-        if w * h <= geometry.max_pixels:
+        if w * h <= geometry.bounds.image_max_pixels:
             clock.time((decode, cls, "floor"), lambda img=img: (img.draft(img.mode, (1, 1)), img.load()))
         else:
             target = displayed_size((t_w, t_h), orientation)

@@ -113,10 +113,12 @@ def _count_texts(tok: Any, texts: list[str]) -> list[int]:
     return [tok.count(t) for t in texts]
 
 
-def _count_rows(preset: Any, tok: Any, rows: list[Any], sizes: list[Any]) -> list[Any]:
+def _count_rows(preset: Any, bounds: Any, tok: Any, rows: list[Any], sizes: list[Any]) -> list[Any]:
     from vlmforge.tasks.tokens.count import count_sample_tokens
 
-    return [count_sample_tokens(r, preset, tok, s, []) for r, s in zip(rows, sizes, strict=True)]
+    return [
+        count_sample_tokens(r, preset, tok, s, [], bounds=bounds) for r, s in zip(rows, sizes, strict=True)
+    ]
 
 
 def _short(args: argparse.Namespace, render: Callable[..., Any], preset: Any) -> tuple[Any, Any, Any]:
@@ -135,12 +137,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
 
+    from vlmforge.schemas.config import TokenOptions
+    from vlmforge.tasks.geometry import PixelBounds
     from vlmforge.tasks.geometry.media_tokens import image_tokens, image_tokens_batch
     from vlmforge.tasks.geometry.preset_loading import load_preset
     from vlmforge.tasks.ops.plan.ffd import first_fit_decreasing
     from vlmforge.tasks.tokens.text import TextTokenizer, render_chat
 
     preset = load_preset("qwen2_5_vl")
+    bounds = PixelBounds.of(preset, TokenOptions())  # the hub bounds: no --max-pixels / --min-pixels
+    lo, hi = bounds.image_min_pixels, bounds.image_max_pixels
     tok = TextTokenizer.builtin_qwen2()
     tok.count("warm up")
     print(f"generating {args.rows:,} rows ...", file=sys.stderr)
@@ -154,16 +160,19 @@ def main(argv: list[str] | None = None) -> int:
     print("| what | items | CPU s | items/s | rows/s | vs peer |")
     print("|---|---:|---:|---:|---:|---:|")
 
-    t_vec, vec = cpu(lambda: image_tokens_batch(preset, flat_h, flat_w))
+    t_vec, vec = cpu(lambda: image_tokens_batch(preset, flat_h, flat_w, min_pixels=lo, max_pixels=hi))
     t_sca, sca = cpu(
-        lambda: [image_tokens(preset, int(h), int(w)).tokens for h, w in zip(flat_h, flat_w, strict=True)]
+        lambda: [
+            image_tokens(preset, int(h), int(w), min_pixels=lo, max_pixels=hi).tokens
+            for h, w in zip(flat_h, flat_w, strict=True)
+        ]
     )
     assert vec.tolist() == sca
     peer_rate = None
     try:
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-        hf = Qwen2VLImageProcessorPil(min_pixels=preset.min_pixels, max_pixels=preset.max_pixels)
+        hf = Qwen2VLImageProcessorPil(min_pixels=lo, max_pixels=hi)
         m = min(args.peer_rows, n_images)
         t_hf, hf_out = cpu(
             lambda: [
@@ -199,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         ("short VQA, 5-40 words", *_short(args, render_chat, preset)),
     ):
         t_tok, counts = cpu(partial(_count_texts, tok, mix_texts))
-        t_all, res = cpu(partial(_count_rows, preset, tok, mix_rows, mix_sizes))
+        t_all, res = cpu(partial(_count_rows, preset, bounds, tok, mix_rows, mix_sizes))
         n_text = sum(counts)
         n = len(mix_rows)
         line(f"{label}: text tokenizer alone, {n_text / n:,.0f} text tokens/row (rows)", n, t_tok, "-")

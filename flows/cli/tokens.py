@@ -16,9 +16,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from .options import config_options
+
 if TYPE_CHECKING:
-    from ...schemas.presets import ModelPreset
+    from ...tasks.geometry import ModelGeometry
     from ...tasks.ops import PlanResult, StatsReport
+    from ...tasks.tokens import ImageSize, MediaTokens, VideoSize
 
 __all__ = ["parse_image_size", "parse_video", "register"]
 
@@ -56,82 +59,70 @@ _SIZE = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+)\s*$")
 _VIDEO = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+)\s*:\s*(\d+)\s*@\s*(\d+(?:\.\d+)?)\s*$")
 
 
-def parse_image_size(text: str) -> tuple[int, int]:
-    """``WIDTHxHEIGHT`` -> (width, height)."""
+# the run config's options the tokens command takes (the same flags, defaults and help as ``run``'s)
+TOKENS_OPTIONS = ("model", "model_dir", "max_pixels", "min_pixels", "max_num_frames", "frames_mode")
+
+
+def parse_image_size(text: str) -> ImageSize:
+    """``WIDTHxHEIGHT`` -> its :class:`~vlmforge.tasks.tokens.ImageSize`."""
+    from ...tasks.tokens import ImageSize
+
     m = _SIZE.match(text)
     if not m or int(m.group(1)) <= 0 or int(m.group(2)) <= 0:
         raise typer.BadParameter(f"{text!r} is not WIDTHxHEIGHT with positive integers (e.g. 1920x1080)")
-    return int(m.group(1)), int(m.group(2))
+    return ImageSize(int(m.group(1)), int(m.group(2)))
 
 
-def parse_video(text: str) -> tuple[int, int, int, float]:
-    """``WIDTHxHEIGHT:FRAMES@FPS`` -> (width, height, frames, fps)."""
+def parse_video(text: str) -> VideoSize:
+    """``WIDTHxHEIGHT:FRAMES@FPS`` -> its :class:`~vlmforge.tasks.tokens.VideoSize`."""
+    from ...tasks.tokens import VideoSize
+
     m = _VIDEO.match(text)
     if not m or min(int(m.group(1)), int(m.group(2)), int(m.group(3))) <= 0 or float(m.group(4)) <= 0:
         raise typer.BadParameter(
             f"{text!r} is not WIDTHxHEIGHT:FRAMES@FPS with positive numbers (e.g. 1280x720:300@30)"
         )
-    return int(m.group(1)), int(m.group(2)), int(m.group(3)), float(m.group(4))
+    return VideoSize(int(m.group(1)), int(m.group(2)), int(m.group(3)), float(m.group(4)))
 
 
 def _emit_json(doc: Any) -> None:
     sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
 
 
-def _image_rows(
-    preset: ModelPreset, images: list[tuple[int, int]], max_pixels: int | None, min_pixels: int | None
-) -> list[dict[str, Any]]:
-    from ...tasks.geometry import image_tokens
+def _tokens_geometry(options: dict[str, Any]) -> ModelGeometry:
+    """The geometry a run with these options counts with (the same :meth:`ModelGeometry.of`, so the same
+    pixel bounds); a usage error for an option the run config refuses or an unknown model."""
+    from pydantic import ValidationError
 
-    rows = []
-    for w, h in images:
-        r = image_tokens(preset, h, w, max_pixels=max_pixels, min_pixels=min_pixels, n_images=len(images))
-        rows.append(
-            {"kind": "image", "size": f"{w}x{h}", "seen": f"{r.resized_width}x{r.resized_height}",
-             "tiles": r.tiles, "frames": None, "tokens": r.tokens}
-        )  # fmt: skip
-    return rows
+    from ...schemas.config import MediaOptions, TokenOptions
+    from ...tasks.geometry import ModelGeometry, load_preset
+    from .one_line_errors import usage_error_of
+    from .preflight import resolve_model
 
-
-def _video_rows(
-    preset: ModelPreset,
-    videos: list[tuple[int, int, int, float]],
-    max_pixels: int | None,
-    max_num_frames: int | None,
-    frames_mode: str,
-) -> list[dict[str, Any]]:
-    from ...tasks.geometry import sample_video_frames, video_tokens
-
-    rows = []
-    for w, h, frames, fps in videos:
-        idx = sample_video_frames(
-            preset, frames, fps, max_num_frames=max_num_frames,
-            mode=frames_mode,  # type: ignore[arg-type]
-        )  # fmt: skip
-        v = video_tokens(preset, len(idx), h, w, indices=idx, video_fps=fps, max_pixels=max_pixels)
-        rows.append(
-            {"kind": "video", "size": f"{w}x{h}:{frames}@{fps:g}",
-             "seen": f"{v.resized_width}x{v.resized_height}", "tiles": None, "frames": len(idx),
-             "tokens": v.tokens}
-        )  # fmt: skip
-    return rows
+    try:
+        knobs = TokenOptions.model_validate(options)
+    except ValidationError as exc:
+        raise usage_error_of(exc, "vlmforge tokens") from None
+    try:
+        preset = load_preset(resolve_model(knobs.model), knobs.model_dir)  # hub names map to presets too
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return ModelGeometry.of(preset, knobs, MediaOptions())
 
 
-def _print_token_rows(preset: ModelPreset, rows: list[dict[str, Any]], total: int) -> None:
-    from ...tasks.geometry import family_of
-
-    shows_tiles = family_of(preset).reports_tiles
-    t = Table(title=f"visual tokens for {preset.name} (one sample)")
+def _print_token_rows(geometry: ModelGeometry, rows: list[MediaTokens], total: int) -> None:
+    shows_tiles = geometry.family.reports_tiles
+    t = Table(title=f"visual tokens for {geometry.preset.name} (one sample)")
     for col in ("kind", "size (WxH)", "model sees (WxH)", "tiles", "frames", "tokens"):
         t.add_column(col, justify="left" if col in ("kind", "size (WxH)", "model sees (WxH)") else "right")
     for row in rows:
         t.add_row(
-            row["kind"],
-            row["size"],
-            row["seen"],
-            "" if row["tiles"] is None or not shows_tiles else str(row["tiles"]),
-            "" if row["frames"] is None else str(row["frames"]),
-            f"{row['tokens']:,}",
+            row.kind,
+            row.size,
+            row.seen,
+            "" if row.tiles is None or not shows_tiles else str(row.tiles),
+            "" if row.frames is None else str(row.frames),
+            f"{row.tokens:,}",
         )
     t.add_row("total", "", "", "", "", f"{total:,}", style="bold")
     console.print(t)
@@ -224,8 +215,8 @@ def register(app: typer.Typer) -> None:
     """Add ``tokens``, ``plan`` and ``stats`` to ``app``."""
 
     @app.command("tokens", epilog=TOKENS_EXAMPLES)
+    @config_options(only=TOKENS_OPTIONS)
     def tokens(
-        model: Annotated[str, typer.Option(help="model preset (vlmforge.schemas.presets)")] = "qwen2_5_vl",
         image: Annotated[
             list[str] | None, typer.Option("--image", help="an image as WIDTHxHEIGHT (repeatable)")
         ] = None,
@@ -233,49 +224,37 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option("--video", help="a video as WIDTHxHEIGHT:FRAMES@FPS (repeatable)"),
         ] = None,
-        max_pixels: Annotated[int | None, typer.Option(help="resize images above this many pixels")] = None,
-        min_pixels: Annotated[int | None, typer.Option(help="model min pixels (default: preset)")] = None,
-        max_num_frames: Annotated[int | None, typer.Option(help="cap sampled frames per video")] = None,
-        frames_mode: Annotated[
-            str, typer.Option(help="uniform | truncate (over --max-num-frames)")
-        ] = "uniform",
-        model_dir: Annotated[
-            str | None, typer.Option(help="local model folder whose config files override the preset")
-        ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+        **options: Any,
     ) -> None:
         """Visual tokens of images and videos of given sizes, as one sample of MODEL (no files needed)."""
-        from ...tasks.geometry import load_preset
+        from ...tasks.tokens import media_tokens
 
-        if frames_mode not in ("uniform", "truncate"):
-            raise typer.BadParameter(f"--frames-mode must be uniform or truncate, got {frames_mode!r}")
         images = [parse_image_size(t) for t in image or []]
         videos = [parse_video(t) for t in video or []]
         if not images and not videos:
             raise typer.BadParameter(
                 "give at least one --image WIDTHxHEIGHT or --video WIDTHxHEIGHT:FRAMES@FPS"
             )
-        from .preflight import resolve_model
-
+        geometry = _tokens_geometry(options)
         try:
-            preset = load_preset(resolve_model(model), model_dir)  # hub names map to presets too
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc)) from None
-        try:
-            rows = _image_rows(preset, images, max_pixels, min_pixels) + _video_rows(
-                preset, videos, max_pixels, max_num_frames, frames_mode
-            )
+            rows = media_tokens(geometry, images, videos)
         except ValueError as exc:  # aspect ratio over the limit, too few frames, a model without video...
             raise typer.BadParameter(str(exc)) from None
-        per_image = [row["tokens"] for row in rows if row["kind"] == "image"]
-        per_video = [row["tokens"] for row in rows if row["kind"] == "video"]
+        per_image = [row.tokens for row in rows if row.kind == "image"]
+        per_video = [row.tokens for row in rows if row.kind == "video"]
         total = sum(per_image) + sum(per_video)
         if as_json:
             _emit_json(
-                {"model": preset.name, "images": per_image, "videos": per_video, "visual_tokens": total}
+                {
+                    "model": geometry.preset.name,
+                    "images": per_image,
+                    "videos": per_video,
+                    "visual_tokens": total,
+                }
             )
             return
-        _print_token_rows(preset, rows, total)
+        _print_token_rows(geometry, rows, total)
 
     @app.command("plan", epilog=PLAN_EXAMPLES)
     def plan(

@@ -3,7 +3,6 @@ from __future__ import annotations
 from .batch_pipeline import batch_lines_of, build_batch
 from .normalise import Normaliser
 from .stats import BatchStats
-from .tokens_step import model_geometry
 from .write import batch_fingerprint
 
 __all__ = [
@@ -12,5 +11,4 @@ __all__ = [
     "batch_fingerprint",
     "batch_lines_of",
     "build_batch",
-    "model_geometry",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ...schemas.records import Record, Reject, SubsetEntry
 from ...schemas.stage_options import BatchWork
+from ..geometry import geometry_of
 from ..manifests import OutputLayout
 from ..parse import parse_batch
 from ..storage import ContentStore, url_to_fs
@@ -17,7 +18,7 @@ from .knobs import record_drop
 from .media_step import MediaStep
 from .sample import SampleSteps
 from .stats import BatchStats, StageClock
-from .tokens_step import TokenStep, get_tokenizer, model_geometry
+from .tokens_step import TokenStep, get_tokenizer
 from .write import RETRY_SUFFIX, BatchParts, batch_fingerprint, batch_is_current, write_batch
 
 
@@ -31,7 +32,7 @@ def build_batch(
         return committed
     clock = StageClock()
     with clock.timed("setup"):
-        geometry = model_geometry(work.tokens, work.media)
+        geometry = geometry_of(work.tokens, work.media)
         tokens = TokenStep(work.tokens, geometry, get_tokenizer(work.tokens))
         media = MediaStep(entry, work, geometry, ContentStore(work.store), host_share)
         data = _read_batch(entry, index)

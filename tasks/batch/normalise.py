@@ -90,10 +90,10 @@ class Normaliser:
         res = process_image(
             data,
             target_size=self.geometry.stored_image_size,
-            max_pixels=self.geometry.max_pixels,
+            max_pixels=self.geometry.bounds.image_max_pixels,
             max_image_pixels=self.options.max_image_pixels,
             image_format=self.options.image_format,
-            min_pixels=self.geometry.min_pixels,
+            min_pixels=self.geometry.bounds.image_min_pixels,
             min_side=self.options.min_image_side,
             accepted_formats=self.accepted_formats,
             align_to_grid=self.align_to_grid,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
-from ...schemas.config import MediaOptions, TokenOptions
+from ...schemas.config import TokenOptions
 from ...schemas.records import Record
 from ...schemas.rows import MediaRow
 from ..geometry import ModelGeometry, load_preset
@@ -35,12 +35,6 @@ def get_tokenizer(tokens: TokenOptions) -> TextTokenizer:
     return _tokenizer(tokens.model, tokens.model_dir, tokens.tokenizer)
 
 
-@lru_cache(maxsize=4)
-def model_geometry(tokens: TokenOptions, media: MediaOptions) -> ModelGeometry:
-    """The geometry of the run's model and knobs (its preset loaded once per worker process)."""
-    return ModelGeometry.of(load_preset(tokens.model, tokens.model_dir), tokens, media)
-
-
 @dataclass
 class CountedSample:
     """A sample with its token counts: what the token knobs look at. ``tokens`` are what the trainer's
@@ -63,14 +57,14 @@ class CountedSample:
 class TokenStep:
     def __init__(self, tokens: TokenOptions, geometry: ModelGeometry, tokenizer: TextTokenizer) -> None:
         self.options, self.tokenizer = tokens, tokenizer
-        self.preset, self.max_pixels = geometry.preset, geometry.max_pixels_knob
+        self.preset, self.bounds = geometry.preset, geometry.bounds
         self.feed = FEED_PATHS[tokens.feed_path]
 
     def count(self, record: Record, media: SampleMedia) -> CountedSample:
         """Count the sample's tokens and write each media row's visual tokens. ``ValueError`` when they
         cannot be counted (e.g. a video too short for the model's temporal patch)."""
         sample = TokenInput(
-            record.messages, media.image_sizes, media.videos, self.preset, self.tokenizer, self.max_pixels
+            record.messages, media.image_sizes, media.videos, self.preset, self.tokenizer, self.bounds
         )
         tokens = sample.checked()
         fed = self.feed.fed(tokens, sample)

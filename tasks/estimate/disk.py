@@ -162,7 +162,7 @@ def sampled_ratios(
                 if outcome.ok:
                     data[ref] = read_outcome(outcome, scratch)
                     bodies += outcome.location is None  # fetched (media read in place are not)
-        normalise = Normaliser(cfg, geometry_of(cfg), scratch)
+        normalise = Normaliser(cfg, geometry_of(cfg.tokens, cfg.media), scratch)
         upstream = out_bytes = extra = 0
         for ref, body in data.items():
             row = MediaRow(subset=entry.subset, sample_id="", line=0, index=0, ref=ref, kind=kinds[ref])

@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..batch import model_geometry
 from ..errors import ConfigError
+from ..geometry import geometry_of
 from ..manifests import OutputLayout
 from .drift import Baseline, drift_profile, last_published
 from .params import GateOverrides, gate_params, load_overrides
@@ -63,15 +63,15 @@ def gate_inputs(
 ) -> GateInputs:
     """The gate inputs of one subset of the run (its manifests under ``work.out``)."""
     layout = OutputLayout(work.out)
-    geometry = model_geometry(work.tokens, work.media)
+    geometry = geometry_of(work.tokens, work.media)
     return GateInputs(
         subset=entry.subset,
         samples=ManifestParts.of(layout, "samples", entry.subset),
         media=ManifestParts.of(layout, "media", entry.subset),
         params=gate_params(
             entry.subset,
-            max_pixels=geometry.max_pixels,
-            min_pixels=geometry.min_pixels,
+            max_pixels=geometry.bounds.image_max_pixels,
+            min_pixels=geometry.bounds.image_min_pixels,
             seq_len=work.tokens.seq_len,
             max_num_images=work.tokens.max_num_images,
             max_reject_rate=work.gate.max_reject_rate,

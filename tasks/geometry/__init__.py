@@ -7,6 +7,7 @@ from .families.qwen_video import qvu_smart_resize, timestamp_text, video_timesta
 from .frame_sampling import np_linspace_round
 from .media_tokens import image_tokens, sample_video_frames, video_tokens
 from .model_geometry import ModelGeometry, geometry_of
+from .pixel_bounds import PixelBounds
 from .preset_loading import load_preset
 from .resize_rule import AspectRatioError, smart_resize
 
@@ -14,6 +15,7 @@ __all__ = [
     "AspectRatioError",
     "ExpandedText",
     "ModelGeometry",
+    "PixelBounds",
     "VIDEO_PAD",
     "VIDEO_PLACEHOLDER",
     "VideoSpec",

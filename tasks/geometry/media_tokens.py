@@ -21,14 +21,15 @@ def image_tokens(
     height: int,
     width: int,
     *,
-    max_pixels: int | None = None,
-    min_pixels: int | None = None,
+    min_pixels: int,
+    max_pixels: int,
     n_images: int = 1,
 ) -> ImageTokens:
-    """Visual tokens of one image of ``height`` x ``width`` (as displayed) for ``preset``.
+    """Visual tokens of one image of ``height`` x ``width`` (as displayed) for ``preset`` within the image
+    bounds ``min_pixels`` / ``max_pixels`` (the run's, resolved: :class:`~.pixel_bounds.PixelBounds`).
 
-    * qwen: ``(H / factor) * (W / factor)`` after ``smart_resize``; ``max_pixels`` / ``min_pixels``
-      override the preset (e.g. the Megatron-Bridge 200704 / 1003520 knobs).
+    * qwen: ``(H / factor) * (W / factor)`` after ``smart_resize`` within the bounds (e.g. the
+      Megatron-Bridge 200704 / 1003520 knobs).
     * internvl / nemotron_vl: ``tiles * tokens_per_tile`` for the tile grid of the stored size
       (:func:`~.resize.pipeline_size`); ``n_images`` (the images of the sample) splits the tile budget when
       the preset's ``tiling.multi_image`` is ``split``.
@@ -37,7 +38,7 @@ def image_tokens(
     Results are memoised per preset object and size.
     """
     return family_of(preset).image_tokens(
-        preset, height, width, max_pixels=max_pixels, min_pixels=min_pixels, n_images=n_images
+        preset, height, width, min_pixels=min_pixels, max_pixels=max_pixels, n_images=n_images
     )
 
 
@@ -46,8 +47,8 @@ def image_tokens_batch(
     heights: Sequence[int] | np.ndarray,
     widths: Sequence[int] | np.ndarray,
     *,
-    max_pixels: int | None = None,
-    min_pixels: int | None = None,
+    min_pixels: int,
+    max_pixels: int,
 ) -> np.ndarray:
     """:func:`image_tokens` for many single images at once (int64 array, -1 where the size is invalid: a
     side <= 0 or a side ratio over the preset's limit)."""
@@ -62,7 +63,7 @@ def image_tokens_batch(
     hv, wv = np.where(valid, h, 1), np.where(valid, w, 1)
     valid &= np.maximum(hv, wv) / np.minimum(hv, wv) <= preset.aspect_ratio_limit
     out[valid] = family_of(preset).image_tokens_batch(
-        preset, hv[valid], wv[valid], max_pixels=max_pixels, min_pixels=min_pixels
+        preset, hv[valid], wv[valid], min_pixels=min_pixels, max_pixels=max_pixels
     )
     return out
 
@@ -104,11 +105,13 @@ def video_tokens(
     height: int,
     width: int,
     *,
+    frame_cap: int | None,
     indices: Sequence[int] | None = None,
     video_fps: float | None = None,
-    max_pixels: int | None = None,
 ) -> VideoTokens:
-    """Tokens of one video of ``n_sampled`` frames (after sampling) of size ``height`` x ``width``.
+    """Tokens of one video of ``n_sampled`` frames (after sampling) of size ``height`` x ``width``, each
+    frame capped at ``frame_cap`` pixels under the preset's own video bounds (None: those bounds alone; the
+    token count passes :attr:`~.pixel_bounds.PixelBounds.video_frame_cap`).
 
     Qwen: ``tokens = ceil(n / temporal_patch) * (H / factor) * (W / factor)``; tiled presets:
     ``n * tokens_per_tile`` (one tile a frame; their frame labels are text, counted by
@@ -118,5 +121,5 @@ def video_tokens(
     relates to the §1 rule).
     """
     return family_of(preset).video_tokens(
-        preset, n_sampled, height, width, indices=indices, video_fps=video_fps, max_pixels=max_pixels
+        preset, n_sampled, height, width, frame_cap=frame_cap, indices=indices, video_fps=video_fps
     )

@@ -1,9 +1,10 @@
 """The target model's geometry for one run: the preset with the knobs resolved once.
 
 Every stage that sizes or counts media asks this object (the media stage for stored image and frame sizes
-and the frames a video gives, the tokens stage for visual tokens, the gate for its pixel checks), so "no
-``--max-pixels`` given means the preset's" is decided here and nowhere else, and a family says how its
-images are resized (:meth:`~.families.model_family.ModelFamily.stored_image_size`).
+and the frames a video gives, the tokens stage for visual tokens, the gate for its pixel checks). Its pixel
+bounds are :class:`~.pixel_bounds.PixelBounds` (where "no ``--max-pixels`` given means the preset's" is
+decided, and nowhere else), and a family says how its images are resized
+(:meth:`~.families.model_family.ModelFamily.stored_image_size`).
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ...schemas.config import MediaOptions, RunConfig, TokenOptions
+from ...schemas.config import MediaOptions, TokenOptions
 from ...schemas.presets import ModelPreset
 from .families import family_of
 from .families.model_family import ImageTokens, ModelFamily, VideoTokens
 from .frame_sampling import FramesMode
 from .media_tokens import image_tokens, sample_video_frames, video_tokens
+from .pixel_bounds import PixelBounds
 from .preset_loading import load_preset
 
 __all__ = ["ModelGeometry", "geometry_of"]
@@ -27,30 +29,22 @@ __all__ = ["ModelGeometry", "geometry_of"]
 class ModelGeometry:
     """The run's model geometry (frozen; hashable by identity of its preset)."""
 
-    #: the preset, with ``--min-pixels`` as its ``min_pixels`` (the processor's lower bound, which the token
-    #: count needs as much as the resize: an image kept in range may still round below it)
+    #: the preset as loaded (its own pixel bounds; the run's are ``bounds``)
     preset: ModelPreset
-    #: pixel bounds of stored images: the knobs, else the preset's
-    max_pixels: int
-    min_pixels: int
-    #: ``--max-pixels`` as given: it also caps what the token count assumes of videos, which keep the
-    #: preset's own video bounds when it is not given
-    max_pixels_knob: int | None
-    #: per-frame cap of ``--video-mode frames`` (None: the model's own frame size)
-    frame_max_pixels: int | None
+    #: the run's image bounds and video frame cap, resolved from the knobs once
+    bounds: PixelBounds
+    #: ``--video-max-pixels``: the cap of each frame ``--video-mode frames`` stores (None: the model's own
+    #: frame size). Not the token count's frame cap (``bounds.video_frame_cap``, from ``--max-pixels``)
+    stored_frame_cap: int | None
     max_num_frames: int | None
     frames_mode: FramesMode
 
     @classmethod
     def of(cls, preset: ModelPreset, tokens: TokenOptions, media: MediaOptions) -> ModelGeometry:
-        lo = tokens.min_pixels
-        preset = preset if lo is None else preset.model_copy(update={"min_pixels": lo})
         return cls(
             preset=preset,
-            max_pixels=tokens.max_pixels or preset.max_pixels,
-            min_pixels=preset.min_pixels,
-            max_pixels_knob=tokens.max_pixels,
-            frame_max_pixels=media.video_max_pixels,
+            bounds=PixelBounds.of(preset, tokens),
+            stored_frame_cap=media.video_max_pixels,
             max_num_frames=tokens.max_num_frames,
             frames_mode=tokens.frames_mode,
         )
@@ -66,7 +60,10 @@ class ModelGeometry:
 
     def stored_image_size(self, height: int, width: int) -> tuple[int, int]:
         """(height, width) an image outside the pixel bounds is stored at (ValueError when it cannot be)."""
-        return self.family.stored_image_size(self.preset, height, width, self.min_pixels, self.max_pixels)
+        b = self.bounds
+        return self.family.stored_image_size(
+            self.preset, height, width, b.image_min_pixels, b.image_max_pixels
+        )
 
     def choose_frames(self, n_frames: int, fps: float) -> list[int]:
         """Indices of the frames the model takes from an ``n_frames`` video at ``fps``, after
@@ -87,12 +84,20 @@ class ModelGeometry:
             width,
             indices=range(n_sampled),
             video_fps=1.0,
-            max_pixels=self.frame_max_pixels,
+            frame_cap=self.stored_frame_cap,
         )
         return tokens.resized_height, tokens.resized_width
 
     def image_tokens(self, height: int, width: int, n_images: int = 1) -> ImageTokens:
-        return image_tokens(self.preset, height, width, max_pixels=self.max_pixels_knob, n_images=n_images)
+        b = self.bounds
+        return image_tokens(
+            self.preset,
+            height,
+            width,
+            min_pixels=b.image_min_pixels,
+            max_pixels=b.image_max_pixels,
+            n_images=n_images,
+        )
 
     def video_tokens(
         self,
@@ -110,13 +115,15 @@ class ModelGeometry:
             width,
             indices=indices,
             video_fps=video_fps,
-            max_pixels=self.max_pixels_knob,
+            frame_cap=self.bounds.video_frame_cap,
         )
 
 
-def geometry_of(cfg: RunConfig) -> ModelGeometry:
-    """The geometry of ``cfg``'s model and knobs (its preset loaded once per process)."""
-    return ModelGeometry.of(_preset(cfg.tokens.model, cfg.tokens.model_dir), cfg.tokens, cfg.media)
+@lru_cache(maxsize=4)
+def geometry_of(tokens: TokenOptions, media: MediaOptions) -> ModelGeometry:
+    """The geometry of a run's model and knobs (its preset loaded once per process, its geometry made once
+    per process and options)."""
+    return ModelGeometry.of(_preset(tokens.model, tokens.model_dir), tokens, media)
 
 
 @lru_cache(maxsize=4)

@@ -64,22 +64,25 @@ def pipeline_size(
     height: int,
     width: int,
     *,
-    max_pixels: int | None = None,
-    min_pixels: int | None = None,
+    min_pixels: int,
+    max_pixels: int,
 ) -> tuple[int, int]:
-    """(height, width) of an image as the pipeline stores it: images over ``max_pixels`` (default: the
-    preset's) are resized once to ``smart_resize(h, w, preset.factor, min_pixels, max_pixels)``; others are
-    kept.
+    """(height, width) of an image as the pipeline stores it: images over ``max_pixels`` (the run's
+    resolved image bounds, :class:`~.pixel_bounds.PixelBounds`) are resized once to ``smart_resize(h, w,
+    preset.factor, min_pixels, max_pixels)``; others are kept.
 
     For Qwen presets the model's own resize of the stored size is then a no-op; for tiled and LLaVA presets
     the tiles are chosen from this stored size (docs/visual-tokens.md §8.2.3: downscale to <= max_pixels
     before tiling).
     """
-    hi = preset.max_pixels if max_pixels is None else max_pixels
-    lo = preset.min_pixels if min_pixels is None else min_pixels
     check_aspect(height, width, preset.aspect_ratio_limit)
-    if height * width <= hi:
+    if height * width <= max_pixels:
         return height, width
     return smart_resize(
-        height, width, preset.factor, min(lo, hi), hi, aspect_ratio_limit=preset.aspect_ratio_limit
+        height,
+        width,
+        preset.factor,
+        min(min_pixels, max_pixels),
+        max_pixels,
+        aspect_ratio_limit=preset.aspect_ratio_limit,
     )

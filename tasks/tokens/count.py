@@ -19,7 +19,7 @@ from typing import Any
 
 from ...schemas.presets import ModelPreset
 from ..errors import ConfigError
-from ..geometry import ExpandedText, VideoSpec, family_of
+from ..geometry import ExpandedText, PixelBounds, VideoSpec, family_of
 from .text import TextTokenizer, render_chat
 
 __all__ = ["SampleTokens", "count_sample_tokens", "expand_sample"]
@@ -45,19 +45,20 @@ def expand_sample(
     image_sizes: Sequence[tuple[int, int]],
     videos: Sequence[VideoSpec],
     *,
-    max_pixels: int | None = None,
+    bounds: PixelBounds,
     spans: bool = True,
 ) -> ExpandedText:
-    """Render ``messages`` and expand every media placeholder the way the model's processor does, with one pad
-    per visual span. ``image_sizes`` are (height, width) per image part in order, ``videos`` one spec per
-    video part in order. ``spans=False`` may skip the span offsets (counting needs only ``text`` and
-    ``pads``). Raises ValueError for a count mismatch or media the model cannot take."""
+    """Render ``messages`` and expand every media placeholder the way the model's processor does within the
+    run's pixel ``bounds``, with one pad per visual span. ``image_sizes`` are (height, width) per image part
+    in order, ``videos`` one spec per video part in order. ``spans=False`` may skip the span offsets
+    (counting needs only ``text`` and ``pads``). Raises ValueError for a count mismatch or media the model
+    cannot take."""
     text, n_img, n_vid = render_chat(messages, preset)
     if n_img != len(image_sizes):
         raise ValueError(f"sample has {n_img} image part(s) but {len(image_sizes)} image size(s)")
     if n_vid != len(videos):
         raise ValueError(f"sample has {n_vid} video part(s) but {len(videos)} video spec(s)")
-    return family_of(preset).expand(text, preset, image_sizes, videos, max_pixels, spans)
+    return family_of(preset).expand(text, preset, image_sizes, videos, bounds, spans)
 
 
 def count_sample_tokens(
@@ -67,10 +68,11 @@ def count_sample_tokens(
     image_sizes: Sequence[tuple[int, int]],
     videos: Sequence[VideoSpec],
     *,
-    max_pixels: int | None = None,
+    bounds: PixelBounds,
 ) -> SampleTokens:
     """Exact sequence length of one sample (docs/visual-tokens.md §1):
-    ``tokens(template) - n_placeholders + sum(pads) + extra text``.
+    ``tokens(template) - n_placeholders + sum(pads) + extra text``, within the run's pixel ``bounds``
+    (:class:`~vlmforge.tasks.geometry.PixelBounds`: the run's ``ModelGeometry.bounds``).
 
     ``image_sizes`` are (height, width) per image part in order, ``videos`` one spec per video part in order.
     For timestamp presets every video placeholder is expanded as Qwen3VLProcessor does (per group
@@ -79,7 +81,7 @@ def count_sample_tokens(
     Tiled and LLaVA presets are expanded the same way (``<img>`` pad ``</img>``, frame labels, BOS).
     """
     _check_pad(tokenizer, preset)
-    exp = expand_sample(messages, preset, image_sizes, videos, max_pixels=max_pixels, spans=False)
+    exp = expand_sample(messages, preset, image_sizes, videos, bounds=bounds, spans=False)
     text_tokens = tokenizer.count(exp.text) - exp.pads
     visual = exp.visual_tokens
     return SampleTokens(

@@ -26,7 +26,7 @@ from dataclasses import replace
 from typing import Any
 
 from ...schemas.presets import ModelPreset
-from ..geometry import ExpandedText, visual_spans
+from ..geometry import ExpandedText, PixelBounds, visual_spans
 from .bridge_fed import FED_VIDEO, FedGeometry, expand_qwen3_videos, fed_image, media_first
 from .count import SampleTokens, expand_sample
 from .seq_len import SequenceLayout, layout_of
@@ -70,23 +70,24 @@ class ProcessorFeed(FeedPath):
 
     def expand(self, sample: TokenInput) -> ExpandedText:
         return expand_sample(
-            sample.messages, sample.preset, sample.image_sizes, sample.videos, max_pixels=sample.max_pixels
+            sample.messages, sample.preset, sample.image_sizes, sample.videos, bounds=sample.bounds
         )
 
     def fed(self, checked: SampleTokens, sample: TokenInput) -> SampleTokens:
         return checked  # the same text, counted once
 
 
-def fed_geometry(preset: ModelPreset, max_pixels: int | None) -> FedGeometry:
-    """The fed path's numbers from a Qwen preset (``min_pixels`` as the run set it) and ``--max-pixels``."""
+def fed_geometry(preset: ModelPreset, bounds: PixelBounds) -> FedGeometry:
+    """The fed path's numbers from a Qwen preset and the run's pixel ``bounds`` (the recipe's image bounds,
+    which the collate passes to the processor call; its videos keep the preset's video bounds)."""
     if preset.video_min_pixels is None or preset.video_max_pixels is None:
         raise ValueError(f"preset {preset.name!r} has no video bounds: not a Qwen-VL model")
     return FedGeometry(
         patch_size=preset.patch_size,
         merge_size=preset.merge_size,
         temporal_patch_size=preset.temporal_patch_size,
-        min_pixels=preset.min_pixels,
-        max_pixels=preset.max_pixels if max_pixels is None else max_pixels,
+        min_pixels=bounds.image_min_pixels,
+        max_pixels=bounds.image_max_pixels,
         video_min_pixels=preset.video_min_pixels,
         video_max_pixels=preset.video_max_pixels,
         fps=preset.fps,
@@ -108,7 +109,7 @@ class BridgeCollateFeed(FeedPath):
 
     def expand(self, sample: TokenInput) -> ExpandedText:
         preset, image_sizes, videos = sample.preset, sample.image_sizes, sample.videos
-        geo = fed_geometry(preset, sample.max_pixels)
+        geo = fed_geometry(preset, sample.bounds)
         per_image = [fed_image(geo, h, w)[0] for h, w in image_sizes]
         video_of = FED_VIDEO[preset.video_sampler]
         fed_videos = [video_of(geo, v.n_sampled_frames, v.height, v.width) for v in videos]

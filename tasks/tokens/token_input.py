@@ -1,6 +1,6 @@
 """One sample as the token counters see it: its messages and its stored media's sizes, under the run's model
-preset, text tokenizer and ``--max-pixels``. The checked count, a feed path's fed count and its ``--seq-len``
-layout all read the same one (:mod:`.feed_paths`)."""
+preset, text tokenizer and pixel bounds (``--max-pixels``, ``--min-pixels``). The checked count, a feed path's
+fed count and its ``--seq-len`` layout all read the same one (:mod:`.feed_paths`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...schemas.presets import ModelPreset
-from ..geometry import VideoSpec
+from ..geometry import PixelBounds, VideoSpec
 from .count import SampleTokens, count_sample_tokens
 from .text import TextTokenizer
 
@@ -19,9 +19,9 @@ class TokenInput:
     messages: Sequence[Mapping[str, Any]]
     image_sizes: Sequence[tuple[int, int]]  # (height, width) of each image part as stored, in order
     videos: Sequence[VideoSpec]  # one per video part, in order
-    preset: ModelPreset  # its min_pixels as the run set it
+    preset: ModelPreset
     tokenizer: TextTokenizer
-    max_pixels: int | None  # the run's --max-pixels (None: the preset's)
+    bounds: PixelBounds  # the run's (ModelGeometry.bounds)
 
     def checked(self) -> SampleTokens:
         """What the trainer's per-sample check counts: the processor on the stored pixels."""
@@ -31,5 +31,5 @@ class TokenInput:
             self.tokenizer,
             self.image_sizes,
             self.videos,
-            max_pixels=self.max_pixels,
+            bounds=self.bounds,
         )

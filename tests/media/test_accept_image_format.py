@@ -81,7 +81,7 @@ def _normalise(tmp_path: Path, xpm: bytes, extra: tuple[str, ...]) -> MediaRow:
     store = ContentStore(str(tmp_path / "store"))
     row = MediaRow(subset="s", sample_id="a", line=1, index=0, ref="images/a.xpm", kind="image")
     row.sha256 = hashlib.sha256(xpm).hexdigest()
-    outcome = Normaliser(cfg, geometry_of(cfg), store)(row, xpm)
+    outcome = Normaliser(cfg, geometry_of(cfg.tokens, cfg.media), store)(row, xpm)
     assert outcome.ok == (row.status == "ok")
     if outcome.ok:
         assert row.out_sha256 is not None

@@ -123,11 +123,16 @@ def test_model_frame_size_is_what_the_video_processor_picks(preset_name: str) ->
     r = sample_frames(data, choose_frames=choose, frame_size=model_frame_size(preset))
     assert r.status == "ok"
     n = len(r.frames)
-    expected = video_tokens(preset, n, 240, 320, indices=r.video.sampled_indices, video_fps=r.video.fps)
+    no_cap = {"frame_cap": None}  # no --max-pixels: the preset's own video bounds
+    expected = video_tokens(
+        preset, n, 240, 320, indices=r.video.sampled_indices, video_fps=r.video.fps, **no_cap
+    )
     assert (r.height, r.width) == (expected.resized_height, expected.resized_width)
     assert r.height % preset.factor == 0 and r.width % preset.factor == 0
     # stored at that size, the frames cost exactly the tokens of the video: the processor leaves them alone
-    again = video_tokens(preset, n, r.height, r.width, indices=r.video.sampled_indices, video_fps=r.video.fps)
+    again = video_tokens(
+        preset, n, r.height, r.width, indices=r.video.sampled_indices, video_fps=r.video.fps, **no_cap
+    )
     assert (again.tokens, again.resized_height, again.resized_width) == (
         expected.tokens,
         r.height,

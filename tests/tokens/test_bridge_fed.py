@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from vlmforge.schemas.config import TokenOptions
+from vlmforge.tasks.geometry import PixelBounds
 from vlmforge.tasks.geometry.preset_loading import load_preset
 from vlmforge.tasks.geometry.resize_rule import smart_resize
 from vlmforge.tasks.tokens.bridge_fed import FED_VIDEO, FedGeometry, fed_image, media_first
@@ -16,8 +18,10 @@ MIN_PIXELS, MAX_PIXELS = 200_704, 1_003_520
 
 
 def _geometry(model: str) -> FedGeometry:
-    preset = load_preset(model).model_copy(update={"min_pixels": MIN_PIXELS})
-    return fed_geometry(preset, MAX_PIXELS)
+    preset = load_preset(model)
+    return fed_geometry(
+        preset, PixelBounds.of(preset, TokenOptions(min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS))
+    )
 
 
 @pytest.mark.parametrize(

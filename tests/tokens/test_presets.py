@@ -9,12 +9,19 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from vlmforge.schemas.presets import list_presets
+from vlmforge.schemas.config import MediaOptions, TokenOptions
+from vlmforge.schemas.presets import ModelPreset, list_presets
 from vlmforge.tasks.errors import ConfigError
+from vlmforge.tasks.geometry import ModelGeometry
 from vlmforge.tasks.geometry.families import FAMILIES, family_of
-from vlmforge.tasks.geometry.media_tokens import image_tokens
+from vlmforge.tasks.geometry.families.model_family import ImageTokens
 from vlmforge.tasks.geometry.preset_loading import load_preset
 from vlmforge.tasks.tokens.text import TextTokenizer, render_chat
+
+
+def image_tokens(preset: ModelPreset, height: int, width: int) -> ImageTokens:
+    """Tokens of one image within the preset's own pixel bounds (no --max-pixels / --min-pixels)."""
+    return ModelGeometry.of(preset, TokenOptions(), MediaOptions()).image_tokens(height, width)
 
 
 def test_every_family_is_shipped() -> None:

@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from vlmforge.schemas.config import TokenOptions
 from vlmforge.schemas.presets import ModelPreset, list_presets
-from vlmforge.tasks.geometry.families.model_family import VideoSpec
+from vlmforge.tasks.geometry import PixelBounds, media_tokens
+from vlmforge.tasks.geometry.families.model_family import ImageTokens, VideoSpec, VideoTokens
 from vlmforge.tasks.geometry.families.qwen import IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER
 from vlmforge.tasks.geometry.families.qwen_video import (
     qvu_smart_resize,
@@ -19,16 +21,72 @@ from vlmforge.tasks.geometry.families.qwen_video import (
     video_timestamps,
 )
 from vlmforge.tasks.geometry.frame_sampling import VideoTooShortError
-from vlmforge.tasks.geometry.media_tokens import image_tokens, sample_video_frames, video_tokens
+from vlmforge.tasks.geometry.media_tokens import sample_video_frames
 from vlmforge.tasks.geometry.preset_loading import load_preset
-from vlmforge.tasks.geometry.resize_rule import AspectRatioError, smart_resize
-from vlmforge.tasks.tokens.count import count_sample_tokens
+from vlmforge.tasks.geometry.resize_rule import AspectRatioError, pipeline_size, smart_resize
+from vlmforge.tasks.tokens.count import SampleTokens, count_sample_tokens, expand_sample
 from vlmforge.tasks.tokens.feed_paths import ProcessorFeed
 from vlmforge.tasks.tokens.text import TextTokenizer, render_chat
 from vlmforge.tasks.tokens.token_input import TokenInput
 
 MB = {"min_pixels": 200704, "max_pixels": 1003520}  # Megatron-Bridge QwenVL task encoder defaults
 SIZES = [(1080, 1920), (480, 640), (4000, 3000), (224, 224), (28, 5000)]  # H x W
+
+# The lower functions take resolved pixel bounds; these give them the bounds a run with the given knobs
+# (``max_pixels`` / ``min_pixels`` as TokenOptions names them, none: the preset's) resolves, through the one
+# place that resolves them (PixelBounds.of).
+
+
+def bounds_of(preset: ModelPreset, **knobs: Any) -> PixelBounds:
+    return PixelBounds.of(preset, TokenOptions(**knobs))
+
+
+def image_tokens_of(
+    preset: ModelPreset, height: int, width: int, n_images: int = 1, **knobs: Any
+) -> ImageTokens:
+    b = bounds_of(preset, **knobs)
+    return media_tokens.image_tokens(
+        preset, height, width, min_pixels=b.image_min_pixels, max_pixels=b.image_max_pixels, n_images=n_images
+    )
+
+
+def image_tokens_batch_of(preset: ModelPreset, heights: Any, widths: Any, **knobs: Any) -> Any:
+    b = bounds_of(preset, **knobs)
+    return media_tokens.image_tokens_batch(
+        preset, heights, widths, min_pixels=b.image_min_pixels, max_pixels=b.image_max_pixels
+    )
+
+
+def pipeline_size_of(preset: ModelPreset, height: int, width: int, **knobs: Any) -> tuple[int, int]:
+    b = bounds_of(preset, **knobs)
+    return pipeline_size(preset, height, width, min_pixels=b.image_min_pixels, max_pixels=b.image_max_pixels)
+
+
+def video_tokens_of(
+    preset: ModelPreset,
+    n_sampled: int,
+    height: int,
+    width: int,
+    *,
+    indices: Any = None,
+    video_fps: float | None = None,
+    **knobs: Any,
+) -> VideoTokens:
+    cap = bounds_of(preset, **knobs).video_frame_cap
+    return media_tokens.video_tokens(
+        preset, n_sampled, height, width, frame_cap=cap, indices=indices, video_fps=video_fps
+    )
+
+
+def count_of(
+    messages: Any, preset: ModelPreset, tokenizer: TextTokenizer, sizes: Any, videos: Any, **knobs: Any
+) -> SampleTokens:
+    return count_sample_tokens(messages, preset, tokenizer, sizes, videos, bounds=bounds_of(preset, **knobs))
+
+
+def expand_of(messages: Any, preset: ModelPreset, sizes: Any, videos: Any, **knobs: Any) -> Any:
+    return expand_sample(messages, preset, sizes, videos, bounds=bounds_of(preset, **knobs))
+
 
 needs_qwen_vocab = pytest.mark.skipif(
     importlib.util.find_spec("dashscope") is None, reason="dashscope (qwen.tiktoken) not installed"
@@ -85,23 +143,23 @@ def test_preset_overrides_unknown_extra_frozen() -> None:
 
 
 def test_qwen25_images_hub_and_mb(q25: ModelPreset) -> None:
-    assert [image_tokens(q25, h, w).tokens for h, w in SIZES] == [2691, 391, 15301, 64, 179]
-    assert [image_tokens(q25, h, w, **MB).tokens for h, w in SIZES] == [1222, 391, 1230, 256, 428]
+    assert [image_tokens_of(q25, h, w).tokens for h, w in SIZES] == [2691, 391, 15301, 64, 179]
+    assert [image_tokens_of(q25, h, w, **MB).tokens for h, w in SIZES] == [1222, 391, 1230, 256, 428]
     # processor class default 3136 / 1003520: only max_pixels overridden
-    assert image_tokens(q25, 1080, 1920, max_pixels=1003520).tokens == 1222
+    assert image_tokens_of(q25, 1080, 1920, max_pixels=1003520).tokens == 1222
 
 
 def test_qwen3_images_hub_and_mb(q3: ModelPreset) -> None:
-    assert [image_tokens(q3, h, w).tokens for h, w in SIZES] == [2040, 300, 11750, 64, 156]
-    assert [image_tokens(q3, h, w, **MB).tokens for h, w in SIZES] == [943, 300, 972, 196, 376]
+    assert [image_tokens_of(q3, h, w).tokens for h, w in SIZES] == [2040, 300, 11750, 64, 156]
+    assert [image_tokens_of(q3, h, w, **MB).tokens for h, w in SIZES] == [943, 300, 972, 196, 376]
 
 
 def test_image_tokens_grid_consistency(q3: ModelPreset) -> None:
-    r = image_tokens(q3, 1080, 1920)
+    r = image_tokens_of(q3, 1080, 1920)
     assert r.resized_height % 32 == 0 and r.resized_width % 32 == 0
     assert r.tokens == (r.resized_height // 16) * (r.resized_width // 16) // 4
     # idempotent: resizing the stored (resized) size again changes nothing
-    again = image_tokens(q3, r.resized_height, r.resized_width)
+    again = image_tokens_of(q3, r.resized_height, r.resized_width)
     assert (again.resized_height, again.resized_width, again.tokens) == (
         r.resized_height,
         r.resized_width,
@@ -113,8 +171,14 @@ def test_bridge_double_resize(q25: ModelPreset, q3: ModelPreset) -> None:
     # qwen-vl-utils image pre-resize at factor 28 (4..16384 tokens), then the processor with Bridge min/max
     pre = qvu_smart_resize(1984, 1498, 28, 4 * 28 * 28, 16384 * 28 * 28, 200)
     assert pre == (1988, 1512)
-    assert (image_tokens(q3, 1984, 1498, **MB).tokens, image_tokens(q3, *pre, **MB).tokens) == (972, 945)
-    assert (image_tokens(q25, 1984, 1498, **MB).tokens, image_tokens(q25, *pre, **MB).tokens) == (1271, 1271)
+    assert (image_tokens_of(q3, 1984, 1498, **MB).tokens, image_tokens_of(q3, *pre, **MB).tokens) == (
+        972,
+        945,
+    )
+    assert (image_tokens_of(q25, 1984, 1498, **MB).tokens, image_tokens_of(q25, *pre, **MB).tokens) == (
+        1271,
+        1271,
+    )
 
 
 def test_smart_resize_ties_to_even() -> None:
@@ -136,7 +200,7 @@ def test_aspect_ratio_and_zero_side_raise(q25: ModelPreset) -> None:
     with pytest.raises(AspectRatioError):
         smart_resize(10, 2500, 28, 3136, 12845056)
     with pytest.raises(ValueError):  # AspectRatioError is a ValueError
-        image_tokens(q25, 2500, 10)
+        image_tokens_of(q25, 2500, 10)
     with pytest.raises(AspectRatioError):
         smart_resize(0, 100, 28, 3136, 12845056)
     assert smart_resize(10, 2000, 28, 3136, 12845056)  # ratio exactly 200 is allowed
@@ -148,7 +212,7 @@ def test_aspect_ratio_and_zero_side_raise(q25: ModelPreset) -> None:
 def test_qwen_vl_utils_video_7200(q25: ModelPreset) -> None:
     idx = sample_video_frames(q25, 300, 30.0)  # 10 s @ 30 fps
     assert len(idx) == 20 and idx[0] == 0 and idx[-1] == 299
-    v = video_tokens(q25, len(idx), 720, 1280)
+    v = video_tokens_of(q25, len(idx), 720, 1280)
     assert (v.resized_height, v.resized_width, v.grid_t, v.tokens, v.extra_text_tokens) == (
         560,
         1008,
@@ -163,7 +227,7 @@ def test_qwen3_video_8800_and_timestamps(q3: ModelPreset) -> None:
     assert idx == [0, 16, 31, 47, 63, 79, 94, 110, 126, 142, 157, 173, 189, 205, 220, 236, 252, 268, 283, 299]
     stamps = [f"{t:.1f}" for t in video_timestamps(idx, 30.0)]
     assert stamps == ["0.3", "1.3", "2.4", "3.4", "4.5", "5.5", "6.6", "7.6", "8.7", "9.7"]
-    v = video_tokens(q3, len(idx), 720, 1280, indices=idx, video_fps=30.0)
+    v = video_tokens_of(q3, len(idx), 720, 1280, indices=idx, video_fps=30.0)
     assert (v.resized_height, v.resized_width, v.grid_t, v.tokens) == (704, 1280, 10, 8800)
     # block replacing the 3-token placeholder: 10 x (6 + 2 + 880) = 8880
     assert 3 + v.extra_text_tokens + v.tokens == 8880
@@ -171,15 +235,15 @@ def test_qwen3_video_8800_and_timestamps(q3: ModelPreset) -> None:
 
 def test_qwen3_video_needs_indices(q3: ModelPreset) -> None:
     with pytest.raises(ValueError, match="indices"):
-        video_tokens(q3, 20, 720, 1280)
+        video_tokens_of(q3, 20, 720, 1280)
     with pytest.raises(ValueError):
-        video_tokens(q3, 20, 720, 1280, indices=[0, 1, 2], video_fps=30.0)
+        video_tokens_of(q3, 20, 720, 1280, indices=[0, 1, 2], video_fps=30.0)
 
 
 def test_qwen3_sample_frames_short_clip(q3: ModelPreset) -> None:
     assert sample_video_frames(q3, 7, 30.0) == [0, 2, 4, 6]  # min_frames 4, capped at T
     assert sample_video_frames(q3, 3, 30.0) == [0, 1, 2]  # capped at T (odd, the processor pads)
-    v = video_tokens(q3, 3, 256, 256, indices=[0, 1, 2], video_fps=30.0)
+    v = video_tokens_of(q3, 3, 256, 256, indices=[0, 1, 2], video_fps=30.0)
     assert v.grid_t == 2
 
 
@@ -191,7 +255,7 @@ def test_video_too_short(q25: ModelPreset, q3: ModelPreset) -> None:
     with pytest.raises(VideoTooShortError, match="at least 2"):
         sample_video_frames(q3, 1, 30.0)
     with pytest.raises(VideoTooShortError):
-        video_tokens(q3, 1, 720, 1280, indices=[0], video_fps=30.0)
+        video_tokens_of(q3, 1, 720, 1280, indices=[0], video_fps=30.0)
     assert sample_video_frames(q25, 2, 30.0) == [0, 1]
 
 
@@ -204,7 +268,7 @@ def test_one_frame_video_is_padded_to_one_temporal_patch(preset_name: str, heigh
     for fps in (1.0, 30.0):
         assert sample_video_frames(preset, 1, fps) == [0]
         assert sample_video_frames(preset, 1, fps, max_num_frames=2, mode="truncate") == [0]
-    one, two = video_tokens(preset, 1, height, width), video_tokens(preset, 2, height, width)
+    one, two = video_tokens_of(preset, 1, height, width), video_tokens_of(preset, 2, height, width)
     assert one.grid_t == 1 and one.tokens > 0
     assert one == two
     f = preset.factor
@@ -226,7 +290,9 @@ def test_max_num_frames_uniform_vs_truncate(q25: ModelPreset, q3: ModelPreset) -
     # knob above the sampled count: no change
     assert sample_video_frames(q25, 300, 30.0, max_num_frames=60) == full
     # fewer frames -> larger per-frame budget is possible but never more total tokens than the full clip here
-    assert video_tokens(q25, len(uni), 720, 1280).tokens < video_tokens(q25, len(full), 720, 1280).tokens
+    assert (
+        video_tokens_of(q25, len(uni), 720, 1280).tokens < video_tokens_of(q25, len(full), 720, 1280).tokens
+    )
     with pytest.raises(ValueError):
         sample_video_frames(q25, 300, 30.0, max_num_frames=1)
     with pytest.raises(ValueError):
@@ -234,10 +300,10 @@ def test_max_num_frames_uniform_vs_truncate(q25: ModelPreset, q3: ModelPreset) -
 
 
 def test_video_max_pixels_knob(q25: ModelPreset, q3: ModelPreset) -> None:
-    v = video_tokens(q25, 20, 720, 1280, max_pixels=200704)
+    v = video_tokens_of(q25, 20, 720, 1280, max_pixels=200704)
     assert v.resized_height * v.resized_width <= 200704
     idx = sample_video_frames(q3, 300, 30.0)
-    v3 = video_tokens(q3, 20, 720, 1280, indices=idx, video_fps=30.0, max_pixels=200704)
+    v3 = video_tokens_of(q3, 20, 720, 1280, indices=idx, video_fps=30.0, max_pixels=200704)
     assert v3.resized_height * v3.resized_width <= 200704 and v3.tokens < 8800
 
 
@@ -349,34 +415,34 @@ def test_render_chat_qwen3(q3: ModelPreset) -> None:
 
 @needs_qwen_vocab
 def test_count_sample_tokens_images(q25: ModelPreset, qwen_tok: TextTokenizer) -> None:
-    one = count_sample_tokens(_sample(1), q25, qwen_tok, [(480, 640)], [])
+    one = count_of(_sample(1), q25, qwen_tok, [(480, 640)], [])
     assert one.per_image == [391] and one.per_video == []
     assert one.total_tokens == one.text_tokens + one.visual_tokens and one.visual_tokens == 391
     text, _, _ = render_chat(_sample(1), q25)
     assert one.text_tokens == qwen_tok.count(text) - 1
-    two = count_sample_tokens(_sample(2), q25, qwen_tok, [(480, 640), (1080, 1920)], [])
+    two = count_of(_sample(2), q25, qwen_tok, [(480, 640), (1080, 1920)], [])
     assert two.per_image == [391, 2691]
     assert two.total_tokens - one.total_tokens == 2691 + 2  # its pads + vision_start/vision_end
     # max_pixels knob applies to every image
-    mb = count_sample_tokens(_sample(2), q25, qwen_tok, [(480, 640), (1080, 1920)], [], max_pixels=1003520)
+    mb = count_of(_sample(2), q25, qwen_tok, [(480, 640), (1080, 1920)], [], max_pixels=1003520)
     assert mb.per_image == [391, 1222] and mb.text_tokens == two.text_tokens
     with pytest.raises(ValueError):
-        count_sample_tokens(_sample(2), q25, qwen_tok, [(480, 640)], [])
+        count_of(_sample(2), q25, qwen_tok, [(480, 640)], [])
 
 
 @needs_qwen_vocab
 def test_count_sample_tokens_videos(q25: ModelPreset, q3: ModelPreset, qwen_tok: TextTokenizer) -> None:
     idx = sample_video_frames(q3, 300, 30.0)
     spec = VideoSpec(n_sampled_frames=len(idx), height=720, width=1280, indices=idx, video_fps=30.0)
-    base3 = count_sample_tokens(_sample(0), q3, qwen_tok, [], [])
-    with_video3 = count_sample_tokens(_sample(0, video=True), q3, qwen_tok, [], [spec])
+    base3 = count_of(_sample(0), q3, qwen_tok, [], [])
+    with_video3 = count_of(_sample(0, video=True), q3, qwen_tok, [], [spec])
     assert with_video3.per_video == [8800]
     assert with_video3.total_tokens - base3.total_tokens == 8880  # 10 x (timestamp 6 + 2 wrappers + 880 pads)
     assert with_video3.total_tokens == with_video3.text_tokens + with_video3.visual_tokens
 
     spec25 = VideoSpec(n_sampled_frames=20, height=720, width=1280)
-    base25 = count_sample_tokens(_sample(0), q25, qwen_tok, [], [])
-    with_video25 = count_sample_tokens(_sample(0, video=True), q25, qwen_tok, [], [spec25])
+    base25 = count_of(_sample(0), q25, qwen_tok, [], [])
+    with_video25 = count_of(_sample(0, video=True), q25, qwen_tok, [], [spec25])
     assert with_video25.per_video == [7200]
     assert with_video25.total_tokens - base25.total_tokens == 7200 + 2  # no timestamp text for Qwen2.5
 
@@ -387,12 +453,12 @@ def test_count_sample_tokens_timestamp_merges_with_text(q3: ModelPreset, qwen_to
     idx = sample_video_frames(q3, 300, 30.0)
     spec = VideoSpec(n_sampled_frames=len(idx), height=720, width=1280, indices=idx, video_fps=30.0)
     msgs = [{"role": "user", "content": [{"type": "text", "text": "Look:"}, {"type": "video"}]}]
-    got = count_sample_tokens(msgs, q3, qwen_tok, [], [spec])
+    got = count_of(msgs, q3, qwen_tok, [], [spec])
     text, _, n_vid = render_chat(msgs, q3)
     stamps = video_timestamps(idx, 30.0)
     expanded = text.replace(VIDEO_PLACEHOLDER, "".join(timestamp_text(t) + VIDEO_PLACEHOLDER for t in stamps))
     assert got.text_tokens == qwen_tok.count(expanded) - len(stamps)  # one pad per group in `expanded`
-    v = video_tokens(q3, len(idx), 720, 1280, indices=idx, video_fps=30.0)
+    v = video_tokens_of(q3, len(idx), 720, 1280, indices=idx, video_fps=30.0)
     no_merge = qwen_tok.count(text) - n_vid + v.extra_text_tokens + 1
     assert got.text_tokens == no_merge - 1
     assert got.total_tokens == got.text_tokens + 8800
@@ -434,66 +500,65 @@ def nemotron() -> ModelPreset:
 
 def test_qwen2_vl_same_image_math_as_qwen25(q25: ModelPreset) -> None:
     q2 = load_preset("qwen2_vl")
-    assert [image_tokens(q2, h, w).tokens for h, w in SIZES] == [2691, 391, 15301, 64, 179]
-    assert [image_tokens(q2, h, w, **MB).tokens for h, w in SIZES] == [1222, 391, 1230, 256, 428]
+    assert [image_tokens_of(q2, h, w).tokens for h, w in SIZES] == [2691, 391, 15301, 64, 179]
+    assert [image_tokens_of(q2, h, w, **MB).tokens for h, w in SIZES] == [1222, 391, 1230, 256, 428]
 
 
 def test_qwen_min_pixels_branch_and_extreme_ratios(q25: ModelPreset, q3: ModelPreset) -> None:
     # tiny images grow to min_pixels (4 tokens at the hub minimum for Qwen2.5, 64 for Qwen3)
-    assert image_tokens(q25, 10, 10).tokens == 4 and image_tokens(q3, 10, 10).tokens == 64
+    assert image_tokens_of(q25, 10, 10).tokens == 4 and image_tokens_of(q3, 10, 10).tokens == 64
     # 1 x 200 is the widest allowed; one more pixel and it is refused
-    assert image_tokens(q25, 1, 200).tokens >= 1 and image_tokens(q3, 200, 1).tokens >= 1
+    assert image_tokens_of(q25, 1, 200).tokens >= 1 and image_tokens_of(q3, 200, 1).tokens >= 1
     with pytest.raises(AspectRatioError):
-        image_tokens(q3, 1, 201)
+        image_tokens_of(q3, 1, 201)
 
 
 def test_internvl_tiles_golden(internvl: ModelPreset) -> None:
     sizes_wh = [(800, 600), (1920, 1080), (1000, 200), (448, 448)]
-    got = [image_tokens(internvl, h, w) for w, h in sizes_wh]
+    got = [image_tokens_of(internvl, h, w) for w, h in sizes_wh]
     assert [g.tiles for g in got] == [13, 9, 6, 1]
     assert [g.tokens for g in got] == [13 * 256, 9 * 256, 6 * 256, 256]
     assert (got[0].resized_width, got[0].resized_height) == (4 * 448, 3 * 448)  # 4 x 3 grid (+ thumbnail)
     # an exact ratio tie goes to the bigger grid only when the image covers more than half of it:
     # 600 x 600 stays 1 x 1, 700 x 700 -> 2 x 2 (+ thumbnail), 1000 x 1000 -> 3 x 3 (+ thumbnail)
-    assert [image_tokens(internvl, s, s).tiles for s in (600, 700, 1000)] == [1, 5, 10]
+    assert [image_tokens_of(internvl, s, s).tiles for s in (600, 700, 1000)] == [1, 5, 10]
 
 
 def test_internvl_multi_image_split_budget(internvl: ModelPreset) -> None:
     # InternVL finetune: each of n images gets max(1, 12 // n) tiles
-    assert image_tokens(internvl, 600, 800, n_images=2).tiles == 7  # 3 x 2 + thumbnail (6 tiles max)
-    assert image_tokens(internvl, 600, 800, n_images=12).tiles == 1
-    assert image_tokens(internvl, 600, 800, n_images=20).tiles == 1
+    assert image_tokens_of(internvl, 600, 800, n_images=2).tiles == 7  # 3 x 2 + thumbnail (6 tiles max)
+    assert image_tokens_of(internvl, 600, 800, n_images=12).tiles == 1
+    assert image_tokens_of(internvl, 600, 800, n_images=20).tiles == 1
     per_image = load_preset("internvl", tiling={"multi_image": "per_image"})
-    assert image_tokens(per_image, 600, 800, n_images=12).tiles == 13
+    assert image_tokens_of(per_image, 600, 800, n_images=12).tiles == 13
 
 
 def test_nemotron_area_weighted_golden(nemotron: ModelPreset) -> None:
-    assert [image_tokens(nemotron, h, w).tiles for w, h in [(1920, 1080), (800, 600)]] == [9, 13]
-    assert image_tokens(nemotron, 1080, 1920).tokens == 9 * 256
+    assert [image_tokens_of(nemotron, h, w).tiles for w, h in [(1920, 1080), (800, 600)]] == [9, 13]
+    assert image_tokens_of(nemotron, 1080, 1920).tokens == 9 * 256
 
 
 def test_llava_golden() -> None:
     l15, nxt = load_preset("llava_1_5"), load_preset("llava_next")
-    assert {image_tokens(l15, h, w).tokens for h, w in [(480, 640), (1080, 1920), (10, 10)]} == {576}
+    assert {image_tokens_of(l15, h, w).tokens for h, w in [(480, 640), (1080, 1920), (10, 10)]} == {576}
     hw = [(672, 672), (1080, 1920), (1920, 1080), (336, 336), (480, 640)]
-    assert [image_tokens(nxt, h, w).tokens for h, w in hw] == [2928, 1948, 1968, 1176, 2340]
+    assert [image_tokens_of(nxt, h, w).tokens for h, w in hw] == [2928, 1948, 1968, 1176, 2340]
 
 
 def test_tiled_and_llava_extreme_ratios(internvl: ModelPreset) -> None:
-    assert image_tokens(internvl, 10, 2000).tiles == 13  # 12 x 1 + thumbnail
+    assert image_tokens_of(internvl, 10, 2000).tiles == 13  # 12 x 1 + thumbnail
     with pytest.raises(AspectRatioError):
-        image_tokens(internvl, 10, 2500)
+        image_tokens_of(internvl, 10, 2500)
     with pytest.raises(AspectRatioError):
-        image_tokens(load_preset("llava_next"), 0, 10)
+        image_tokens_of(load_preset("llava_next"), 0, 10)
 
 
 def test_pipeline_cap_applies_before_tiling(internvl: ModelPreset) -> None:
     # a 27 MP photo is stored at <= max_pixels; its tiles are chosen from the stored size
-    stored = image_tokens(internvl, 4500, 6000, max_pixels=1_003_520)
-    from vlmforge.tasks.geometry.resize_rule import pipeline_size
+    stored = image_tokens_of(internvl, 4500, 6000, max_pixels=1_003_520)
 
-    h, w = pipeline_size(internvl, 4500, 6000, max_pixels=1_003_520)
-    assert h * w <= 1_003_520 and stored.tokens == image_tokens(internvl, h, w).tokens
+    h, w = pipeline_size_of(internvl, 4500, 6000, max_pixels=1_003_520)
+    assert h * w <= 1_003_520 and stored.tokens == image_tokens_of(internvl, h, w).tokens
 
 
 @pytest.mark.parametrize(
@@ -502,17 +567,17 @@ def test_pipeline_cap_applies_before_tiling(internvl: ModelPreset) -> None:
 def test_image_tokens_batch_matches_scalar(name: str) -> None:
     import numpy as np
 
-    from vlmforge.tasks.geometry.media_tokens import image_tokens_batch
-
     preset = load_preset(name)
     rng = np.random.default_rng(7)
     h = rng.integers(1, 5000, 400)
     w = rng.integers(1, 5000, 400)
     h[:3], w[:3] = (0, 10, 1), (10, 2500, 201)  # invalid sizes -> -1
-    got = image_tokens_batch(preset, h, w, max_pixels=1_003_520 if name == "qwen2_5_vl" else None)
+    got = image_tokens_batch_of(preset, h, w, **({"max_pixels": 1_003_520} if name == "qwen2_5_vl" else {}))
     for hi, wi, g in zip(h.tolist(), w.tolist(), got.tolist(), strict=True):
         try:
-            want = image_tokens(preset, hi, wi, max_pixels=1_003_520 if name == "qwen2_5_vl" else None).tokens
+            want = image_tokens_of(
+                preset, hi, wi, **({"max_pixels": 1_003_520} if name == "qwen2_5_vl" else {})
+            ).tokens
         except ValueError:
             want = -1
         assert g == want, (hi, wi)
@@ -526,21 +591,21 @@ def test_tiled_video_one_tile_per_frame(internvl: ModelPreset, nemotron: ModelPr
     assert len(sample_video_frames(internvl, 300, 30.0)) == 32
     assert sample_video_frames(internvl, 7, 30.0) == list(range(7))  # fewer frames than the budget: all
     assert sample_video_frames(nemotron, 301, 30.0) == [0, 33, 67, 100, 133, 167, 200, 233, 267, 300]
-    v = video_tokens(internvl, 7, 480, 640)
+    v = video_tokens_of(internvl, 7, 480, 640)
     assert (v.tokens, v.grid_t, v.extra_text_tokens) == (7 * 256, 7, 0)
     # odd counts stay odd (no temporal pairing); the knob caps them
     assert len(sample_video_frames(internvl, 300, 30.0, max_num_frames=5)) == 5
     with pytest.raises(ValueError, match="no video"):
         sample_video_frames(load_preset("llava_1_5"), 300, 30.0)
     with pytest.raises(ValueError, match="no video"):
-        video_tokens(load_preset("llava_next"), 4, 480, 640)
+        video_tokens_of(load_preset("llava_next"), 4, 480, 640)
 
 
 def test_qwen3_odd_frame_count_pads_last_group(q3: ModelPreset) -> None:
     idx = sample_video_frames(q3, 45, 15.0)  # 3 s @ 15 fps -> 6 frames at 2 fps
     assert len(idx) == 6
-    v5 = video_tokens(q3, 5, 240, 320, indices=idx[:5], video_fps=15.0)
-    v6 = video_tokens(q3, 6, 240, 320, indices=idx, video_fps=15.0)
+    v5 = video_tokens_of(q3, 5, 240, 320, indices=idx[:5], video_fps=15.0)
+    v6 = video_tokens_of(q3, 6, 240, 320, indices=idx, video_fps=15.0)
     assert v5.grid_t == v6.grid_t == 3  # 5 frames pad to 6
 
 
@@ -556,7 +621,6 @@ def _full_expansion(exp_text: str, pad: str, spans: list[int]) -> str:
 
 @needs_qwen_vocab
 def test_internvl_count_equals_full_sequence(internvl: ModelPreset) -> None:
-    from vlmforge.tasks.tokens.count import expand_sample
 
     tok = TextTokenizer.for_preset(internvl)
     assert (
@@ -570,9 +634,9 @@ def test_internvl_count_equals_full_sequence(internvl: ModelPreset) -> None:
         {"role": "assistant", "content": [{"type": "text", "text": "The left one is larger."}]},
     ]
     sizes = [(600, 800), (1080, 1920)]
-    got = count_sample_tokens(msgs, internvl, tok, sizes, [])
+    got = count_of(msgs, internvl, tok, sizes, [])
     assert got.per_image == [7 * 256, 3 * 256]  # split budget: 6 tiles each
-    exp = expand_sample(msgs, internvl, sizes, [])
+    exp = expand_of(msgs, internvl, sizes, [])
     assert exp.text.startswith("<|im_start|>system\n你是书生·万象")
     assert "<img><IMG_CONTEXT></img>\n<img><IMG_CONTEXT></img>\nCompare." in exp.text
     full = _full_expansion(exp.text, "<IMG_CONTEXT>", exp.span_tokens)
@@ -582,14 +646,13 @@ def test_internvl_count_equals_full_sequence(internvl: ModelPreset) -> None:
 
 @needs_qwen_vocab
 def test_internvl_video_frames_are_labelled(internvl: ModelPreset) -> None:
-    from vlmforge.tasks.tokens.count import expand_sample
 
     tok = TextTokenizer.for_preset(internvl)
     msgs = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "What happens?"}]}]
     spec = VideoSpec(n_sampled_frames=3, height=240, width=320, indices=[0, 10, 20], video_fps=10.0)
-    exp = expand_sample(msgs, internvl, [], [spec])
+    exp = expand_of(msgs, internvl, [], [spec])
     assert "Frame-1: <img><IMG_CONTEXT></img>\nFrame-2: <img><IMG_CONTEXT></img>\nFrame-3: <img>" in exp.text
-    got = count_sample_tokens(msgs, internvl, tok, [], [spec])
+    got = count_of(msgs, internvl, tok, [], [spec])
     assert got.per_video == [3 * 256]
     assert got.total_tokens == tok.count(_full_expansion(exp.text, "<IMG_CONTEXT>", exp.span_tokens))
 
@@ -608,7 +671,6 @@ def _word_tokenizer(path: Path, specials: list[str]) -> TextTokenizer:
 
 
 def test_llava_count_with_bos_and_template(tmp_path: Path) -> None:
-    from vlmforge.tasks.tokens.count import expand_sample
 
     tok = _word_tokenizer(tmp_path, ["<image>", "<s>"])
     nxt = load_preset("llava_next")
@@ -618,9 +680,9 @@ def test_llava_count_with_bos_and_template(tmp_path: Path) -> None:
     ]
     text, n_img, _ = render_chat(msgs, nxt)  # the llava-hf template puts images first, then texts + " "
     assert (text, n_img) == ("USER: <image>\nDescribe this. ASSISTANT: A cat. ", 1)
-    exp = expand_sample(msgs, nxt, [(480, 640)], [])
+    exp = expand_of(msgs, nxt, [(480, 640)], [])
     assert exp.text.startswith("<s>USER: <image>")  # the Llama tokenizer's BOS
-    got = count_sample_tokens(msgs, nxt, tok, [(480, 640)], [])
+    got = count_of(msgs, nxt, tok, [(480, 640)], [])
     assert got.per_image == [2340]
     assert got.total_tokens == tok.count(_full_expansion(exp.text, "<image>", exp.span_tokens))
     # the built-in Qwen vocabulary splits <image>: refused before counting anything
@@ -628,30 +690,27 @@ def test_llava_count_with_bos_and_template(tmp_path: Path) -> None:
         from vlmforge.tasks.errors import ConfigError
 
         with pytest.raises(ConfigError, match="splits the image token"):
-            count_sample_tokens(msgs, nxt, TextTokenizer.builtin_qwen2(), [(480, 640)], [])
+            count_of(msgs, nxt, TextTokenizer.builtin_qwen2(), [(480, 640)], [])
 
 
 def test_nemotron_video_time_labels(tmp_path: Path, nemotron: ModelPreset) -> None:
-    from vlmforge.tasks.tokens.count import expand_sample
-
     tok = _word_tokenizer(tmp_path, ["<image>", "<img>", "</img>", "<|begin_of_text|>", "<|start_header_id|>",
                                      "<|end_header_id|>", "<|eot_id|>", "<video>"])  # fmt: skip
     msgs = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "What ?"}]}]
     idx = sample_video_frames(nemotron, 90, 30.0)
     spec = VideoSpec(n_sampled_frames=len(idx), height=480, width=640, indices=idx, video_fps=30.0)
-    exp = expand_sample(msgs, nemotron, [], [spec])
+    exp = expand_of(msgs, nemotron, [], [spec])
     assert (
         "Frame 1 sampled at 0.00 seconds: <img><image></img>\nFrame 2 sampled at 0.33 seconds: " in exp.text
     )
-    got = count_sample_tokens(msgs, nemotron, tok, [], [spec])
+    got = count_of(msgs, nemotron, tok, [], [spec])
     assert got.per_video == [10 * 256]
     assert got.total_tokens == tok.count(_full_expansion(exp.text, "<image>", exp.span_tokens))
     with pytest.raises(ValueError, match="frame indices"):
-        expand_sample(msgs, nemotron, [], [VideoSpec(n_sampled_frames=10, height=480, width=640)])
+        expand_of(msgs, nemotron, [], [VideoSpec(n_sampled_frames=10, height=480, width=640)])
 
 
 def test_placeholder_mismatch_is_a_value_error(internvl: ModelPreset) -> None:
-    from vlmforge.tasks.tokens.count import expand_sample
 
     msgs = [
         {
@@ -660,9 +719,9 @@ def test_placeholder_mismatch_is_a_value_error(internvl: ModelPreset) -> None:
         }
     ]
     with pytest.raises(ValueError):
-        expand_sample(msgs, internvl, [(448, 448)], [])
+        expand_of(msgs, internvl, [(448, 448)], [])
     with pytest.raises(ValueError, match="image size"):
-        expand_sample(msgs[:0] + [{"role": "user", "content": [{"type": "image"}]}], internvl, [], [])
+        expand_of(msgs[:0] + [{"role": "user", "content": [{"type": "image"}]}], internvl, [], [])
 
 
 @needs_qwen_vocab
@@ -673,8 +732,8 @@ def test_model_template_renders_like_builtin(q25: ModelPreset, qwen_tok: TextTok
     for msgs in (_sample(2, video=True), _sample(0, system="Be brief."), _sample(1)):
         assert render_chat(msgs, with_template) == render_chat(msgs, q25)
     spec = VideoSpec(n_sampled_frames=20, height=720, width=1280)
-    assert count_sample_tokens(_sample(1, video=True), with_template, qwen_tok, [(480, 640)], [spec]) == (
-        count_sample_tokens(_sample(1, video=True), q25, qwen_tok, [(480, 640)], [spec])
+    assert count_of(_sample(1, video=True), with_template, qwen_tok, [(480, 640)], [spec]) == (
+        count_of(_sample(1, video=True), q25, qwen_tok, [(480, 640)], [spec])
     )
     with pytest.raises(ValueError, match="chat template error: only user"):
         render_jinja("{{ raise_exception('only user turns') }}", [])
@@ -698,7 +757,7 @@ def _long_answer(n_images: int = 1, words: int = 200) -> list[dict[str, Any]]:
 def test_seq_len_layout_is_exact(q25: ModelPreset, qwen_tok: TextTokenizer) -> None:
     msgs = _long_answer(2)
     sizes = [(480, 640), (224, 224)]
-    lay = ProcessorFeed().layout(TokenInput(msgs, sizes, [], q25, qwen_tok, None))
+    lay = ProcessorFeed().layout(TokenInput(msgs, sizes, [], q25, qwen_tok, bounds_of(q25)))
     ids = qwen_tok.encode(render_chat(msgs, q25)[0])
     # in the real sequence the pads repeat: find the last <|vision_end|> and the assistant header
     pads = {151655: [391, 64]}
@@ -717,7 +776,7 @@ def test_seq_len_layout_is_exact(q25: ModelPreset, qwen_tok: TextTokenizer) -> N
 def test_seq_len_drop_and_truncate(q25: ModelPreset, qwen_tok: TextTokenizer) -> None:
     from vlmforge.tasks.tokens.seq_len import fit_seq_len, needs_layout
 
-    sample = TokenInput(_long_answer(1), [(480, 640)], [], q25, qwen_tok, None)
+    sample = TokenInput(_long_answer(1), [(480, 640)], [], q25, qwen_tok, bounds_of(q25))
     tokens = sample.checked()
     lay = ProcessorFeed().layout(sample)
 
@@ -759,7 +818,7 @@ def test_seq_len_truncate_qwen3_video_groups(q3: ModelPreset, qwen_tok: TextToke
         {"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "Summarise."}]},
         {"role": "assistant", "content": [{"type": "text", "text": "Nothing moves."}]},
     ]
-    sample = TokenInput(msgs, [], [spec], q3, qwen_tok, None)
+    sample = TokenInput(msgs, [], [spec], q3, qwen_tok, bounds_of(q3))
     lay = ProcessorFeed().layout(sample)
     total = sample.checked().total_tokens
     assert lay.total == total
@@ -802,16 +861,19 @@ def test_cross_check_transformers_processors() -> None:
         patch_size=16, size={"shortest_edge": 65536, "longest_edge": 16777216}
     )
     for h, w in sizes:
-        assert image_tokens(q25, h, w).tokens == hf25.get_number_of_image_patches(h, w) // 4, (h, w)
-        assert image_tokens(q25, h, w, **MB).tokens == hf25_mb.get_number_of_image_patches(h, w) // 4, (h, w)
-        assert image_tokens(q3, h, w).tokens == hf3.get_number_of_image_patches(h, w) // 4, (h, w)
+        assert image_tokens_of(q25, h, w).tokens == hf25.get_number_of_image_patches(h, w) // 4, (h, w)
+        assert image_tokens_of(q25, h, w, **MB).tokens == hf25_mb.get_number_of_image_patches(h, w) // 4, (
+            h,
+            w,
+        )
+        assert image_tokens_of(q3, h, w).tokens == hf3.get_number_of_image_patches(h, w) // 4, (h, w)
 
     internvl_hf = load_preset("internvl", tiling={"multi_image": "per_image"})
     hf_tiles = got.GotOcr2ImageProcessorPil(
         crop_to_patches=True, min_patches=1, max_patches=12, size={"height": 448, "width": 448}
     )
     for h, w in sizes:
-        assert image_tokens(internvl_hf, h, w).tiles == hf_tiles.get_number_of_image_patches(h, w), (h, w)
+        assert image_tokens_of(internvl_hf, h, w).tiles == hf_tiles.get_number_of_image_patches(h, w), (h, w)
 
     try:
         from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
@@ -822,7 +884,7 @@ def test_cross_check_transformers_processors() -> None:
         for (h, w), n in zip(sizes[:100], rng.integers(2, 200, 100).tolist(), strict=True):
             if h < 32 or w < 32:
                 continue
-            ours = video_tokens(q3, n, h, w, indices=list(range(n)), video_fps=24.0).tokens
+            ours = video_tokens_of(q3, n, h, w, indices=list(range(n)), video_fps=24.0).tokens
             assert ours == vp.get_num_of_video_patches(n, h, w) // 4, (n, h, w)
 
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -847,4 +909,4 @@ def test_cross_check_transformers_processors() -> None:
         image_token="<image>",
     )
     want = proc._get_num_multimodal_tokens(image_sizes=sizes).num_image_tokens
-    assert [image_tokens(nxt, h, w).tokens for h, w in sizes] == want
+    assert [image_tokens_of(nxt, h, w).tokens for h, w in sizes] == want

@@ -149,7 +149,7 @@ def layout_mismatches(out: Path, probed: Rows, trainer: str) -> list[str]:
     is not Bridge's: its length, the end of its last visual span (its ``<|vision_end|>``) and its first
     supervised token must sit where ``batch()`` puts them, padded and packed."""
     cfg = RunConfig(**TRAINERS[trainer], release=str(out), out=str(out))
-    geometry, tokenizer = geometry_of(cfg), get_tokenizer(cfg.tokens)
+    geometry, tokenizer = geometry_of(cfg.tokens, cfg.media), get_tokenizer(cfg.tokens)
     feed = FEED_PATHS[cfg.tokens.feed_path]
     ok, media = manifest(out)
     wrong = []
@@ -166,9 +166,7 @@ def layout_mismatches(out: Path, probed: Rows, trainer: str) -> list[str]:
             for m in rows
             if m["kind"] == "video"
         ]
-        lay = feed.layout(
-            TokenInput(messages, sizes, videos, geometry.preset, tokenizer, geometry.max_pixels_knob)
-        )
+        lay = feed.layout(TokenInput(messages, sizes, videos, geometry.preset, tokenizer, geometry.bounds))
         got = (lay.total, lay.last_visual_end, lay.first_supervised)
         if lay.total != row["total_tokens"]:
             wrong.append(f"{key}: layout of {lay.total} tokens, manifest total_tokens {row['total_tokens']}")

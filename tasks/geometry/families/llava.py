@@ -95,18 +95,18 @@ class LlavaFamily(WrappedFamily):
         preset: ModelPreset,
         height: int,
         width: int,
-        max_pixels: int | None,
-        min_pixels: int | None,
+        min_pixels: int,
+        max_pixels: int,
         n_images: int,
     ) -> ImageTokens:
         """:func:`llava_image_tokens` of the stored size."""
         if preset.anyres is None:  # the schema requires it for the llava family
             raise ValueError(f"preset {preset.name!r} has no anyres section")
-        h, w = pipeline_size(preset, height, width, max_pixels=max_pixels, min_pixels=min_pixels)
+        h, w = pipeline_size(preset, height, width, min_pixels=min_pixels, max_pixels=max_pixels)
         return llava_image_tokens(preset.anyres, h, w)
 
     def video_layout(
-        self, preset: ModelPreset, n_sampled: int, height: int, width: int, max_pixels: int | None
+        self, preset: ModelPreset, n_sampled: int, height: int, width: int, frame_cap: int | None
     ) -> VideoLayout:
         check_sampled(n_sampled)
         raise ValueError(f"model preset {preset.name!r} takes no video input")

@@ -18,6 +18,7 @@ import numpy as np
 from ....schemas.presets import ModelPreset
 from ..frame_sampling import VideoTooShortError
 from ..model_files import ModelFiles
+from ..pixel_bounds import PixelBounds
 from ..resize_rule import AspectRatioError, smart_resize
 
 __all__ = [
@@ -107,7 +108,7 @@ def check_sampled(n_sampled: int) -> None:
         raise VideoTooShortError(f"video has {n_sampled} sampled frame(s)")
 
 
-_ImageKey = tuple[int, int, int | None, int | None, int]
+_ImageKey = tuple[int, int, int, int, int]
 _IMAGE_CACHE: dict[int, tuple[ModelPreset, dict[_ImageKey, ImageTokens]]] = {}
 
 
@@ -159,23 +160,24 @@ class ModelFamily(ABC):
         height: int,
         width: int,
         *,
-        max_pixels: int | None = None,
-        min_pixels: int | None = None,
+        min_pixels: int,
+        max_pixels: int,
         n_images: int = 1,
     ) -> ImageTokens:
-        """Visual tokens of one ``height`` x ``width`` image, memoised per preset object and size (sizes
-        repeat a lot in real data; ImageTokens is frozen). ``max_pixels`` / ``min_pixels`` override the
-        preset; ``n_images`` is the sample's image count (tiled budgets may be split among them)."""
+        """Visual tokens of one ``height`` x ``width`` image within the image bounds ``min_pixels`` /
+        ``max_pixels`` (resolved: :class:`~..pixel_bounds.PixelBounds`), memoised per preset object and size
+        (sizes repeat a lot in real data; ImageTokens is frozen). ``n_images`` is the sample's image count
+        (tiled budgets may be split among them)."""
         entry = _IMAGE_CACHE.get(id(preset))
         if entry is None or entry[0] is not preset:
             if len(_IMAGE_CACHE) >= 8:
                 _IMAGE_CACHE.clear()
             entry = (preset, {})
             _IMAGE_CACHE[id(preset)] = entry  # holds the preset, so its id cannot be reused meanwhile
-        key = (height, width, max_pixels, min_pixels, n_images)
+        key = (height, width, min_pixels, max_pixels, n_images)
         hit = entry[1].get(key)
         if hit is None:
-            hit = self.compute_image_tokens(preset, height, width, max_pixels, min_pixels, n_images)
+            hit = self.compute_image_tokens(preset, height, width, min_pixels, max_pixels, n_images)
             if len(entry[1]) >= 100_000:
                 entry[1].clear()
             entry[1][key] = hit
@@ -187,8 +189,8 @@ class ModelFamily(ABC):
         preset: ModelPreset,
         height: int,
         width: int,
-        max_pixels: int | None,
-        min_pixels: int | None,
+        min_pixels: int,
+        max_pixels: int,
         n_images: int,
     ) -> ImageTokens:
         """The family's image formula (uncached; see :meth:`image_tokens`)."""
@@ -199,15 +201,15 @@ class ModelFamily(ABC):
         heights: np.ndarray,
         widths: np.ndarray,
         *,
-        max_pixels: int | None,
-        min_pixels: int | None,
+        min_pixels: int,
+        max_pixels: int,
     ) -> np.ndarray:
         """Tokens of many single images of valid sizes (int64 arrays): the scalar rule once per distinct
         size. A family may override it with a vectorised formula giving identical results."""
         pairs, inverse = np.unique(np.stack([heights, widths], axis=1), axis=0, return_inverse=True)
         per = np.array(
             [
-                self.image_tokens(preset, int(a), int(b), max_pixels=max_pixels, min_pixels=min_pixels).tokens
+                self.image_tokens(preset, int(a), int(b), min_pixels=min_pixels, max_pixels=max_pixels).tokens
                 for a, b in pairs
             ],
             dtype=np.int64,
@@ -226,10 +228,11 @@ class ModelFamily(ABC):
 
     @abstractmethod
     def video_layout(
-        self, preset: ModelPreset, n_sampled: int, height: int, width: int, max_pixels: int | None
+        self, preset: ModelPreset, n_sampled: int, height: int, width: int, frame_cap: int | None
     ) -> VideoLayout:
-        """Token groups of a video of ``n_sampled`` frames (after sampling); ValueError without video
-        support."""
+        """Token groups of a video of ``n_sampled`` frames (after sampling), each frame capped at
+        ``frame_cap`` pixels under the preset's video bounds (None: those bounds alone); ValueError without
+        video support."""
 
     def video_tokens(
         self,
@@ -238,12 +241,12 @@ class ModelFamily(ABC):
         height: int,
         width: int,
         *,
+        frame_cap: int | None,
         indices: Sequence[int] | None = None,
         video_fps: float | None = None,
-        max_pixels: int | None = None,
     ) -> VideoTokens:
         """Tokens of one video; families writing no per-group text have ``extra_text_tokens`` 0."""
-        lay = self.video_layout(preset, n_sampled, height, width, max_pixels)
+        lay = self.video_layout(preset, n_sampled, height, width, frame_cap)
         return VideoTokens(
             tokens=lay.groups * lay.per_group,
             extra_text_tokens=0,
@@ -267,8 +270,8 @@ class ModelFamily(ABC):
         preset: ModelPreset,
         image_sizes: Sequence[tuple[int, int]],
         videos: Sequence[VideoSpec],
-        max_pixels: int | None,
+        bounds: PixelBounds,
         spans: bool,
     ) -> ExpandedText:
-        """Expand every placeholder of a rendered template the way the model's processor does, one pad per
-        visual span (``spans=False`` may skip the span offsets)."""
+        """Expand every placeholder of a rendered template the way the model's processor does within the
+        run's ``bounds``, one pad per visual span (``spans=False`` may skip the span offsets)."""

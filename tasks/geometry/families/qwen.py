@@ -18,6 +18,7 @@ import numpy as np
 
 from ....schemas.presets import ModelPreset
 from ..model_files import ModelFiles, as_dict
+from ..pixel_bounds import PixelBounds
 from ..resize_rule import smart_resize
 from .model_family import (
     ExpandedText,
@@ -42,12 +43,9 @@ VIDEO_PLACEHOLDER = f"{VISION_START}{VIDEO_PAD}{VISION_END}"
 _PAD_RE = re.compile(r"<\|(image|video)_pad\|>")
 
 
-def _pixel_bounds(preset: ModelPreset, max_pixels: int | None, min_pixels: int | None) -> tuple[int, int]:
-    lo = preset.min_pixels if min_pixels is None else min_pixels
-    hi = preset.max_pixels if max_pixels is None else max_pixels
-    if hi < lo:
-        raise ValueError(f"max_pixels {hi} is below min_pixels {lo}")
-    return lo, hi
+def _check_bounds(min_pixels: int, max_pixels: int) -> None:
+    if max_pixels < min_pixels:
+        raise ValueError(f"max_pixels {max_pixels} is below min_pixels {min_pixels}")
 
 
 class QwenFamily(ModelFamily):
@@ -89,13 +87,15 @@ class QwenFamily(ModelFamily):
         preset: ModelPreset,
         height: int,
         width: int,
-        max_pixels: int | None,
-        min_pixels: int | None,
+        min_pixels: int,
+        max_pixels: int,
         n_images: int,
     ) -> ImageTokens:
-        lo, hi = _pixel_bounds(preset, max_pixels, min_pixels)
+        _check_bounds(min_pixels, max_pixels)
         f = preset.factor
-        rh, rw = smart_resize(height, width, f, lo, hi, aspect_ratio_limit=preset.aspect_ratio_limit)
+        rh, rw = smart_resize(
+            height, width, f, min_pixels, max_pixels, aspect_ratio_limit=preset.aspect_ratio_limit
+        )
         return ImageTokens(tokens=(rh // f) * (rw // f), resized_height=rh, resized_width=rw)
 
     def image_tokens_batch(
@@ -104,13 +104,14 @@ class QwenFamily(ModelFamily):
         heights: np.ndarray,
         widths: np.ndarray,
         *,
-        max_pixels: int | None,
-        min_pixels: int | None,
+        min_pixels: int,
+        max_pixels: int,
     ) -> np.ndarray:
         """``smart_resize`` vectorised with numpy; float64 division, ``np.round`` (ties to even, like Python's
         ``round``), ``np.sqrt``, floor and ceil are the same IEEE operations as the scalar code, so the
         results are identical."""
-        lo, hi = _pixel_bounds(preset, max_pixels, min_pixels)
+        _check_bounds(min_pixels, max_pixels)
+        lo, hi = min_pixels, max_pixels
         f = preset.factor
         hf, wf = heights.astype(np.float64), widths.astype(np.float64)
         h_bar = np.round(hf / f).astype(np.int64) * f
@@ -136,11 +137,11 @@ class QwenFamily(ModelFamily):
         return QWEN_VIDEO_SAMPLERS[preset.video_sampler].frame_indices(preset, n_frames, video_fps)
 
     def video_layout(
-        self, preset: ModelPreset, n_sampled: int, height: int, width: int, max_pixels: int | None
+        self, preset: ModelPreset, n_sampled: int, height: int, width: int, frame_cap: int | None
     ) -> VideoLayout:
         check_sampled(n_sampled)
         sampler = QWEN_VIDEO_SAMPLERS[preset.video_sampler]
-        rh, rw = sampler.frame_size(preset, n_sampled, height, width, max_pixels)
+        rh, rw = sampler.frame_size(preset, n_sampled, height, width, frame_cap)
         f = preset.factor
         grid_t = math.ceil(n_sampled / preset.temporal_patch_size)
         return VideoLayout(grid_t, (rh // f) * (rw // f), rh, rw)
@@ -152,14 +153,14 @@ class QwenFamily(ModelFamily):
         height: int,
         width: int,
         *,
+        frame_cap: int | None,
         indices: Sequence[int] | None = None,
         video_fps: float | None = None,
-        max_pixels: int | None = None,
     ) -> VideoTokens:
         """For timestamp presets (Qwen3) ``extra_text_tokens = sum_groups(tokens("<t seconds>") + 2
         wrappers) - 3`` with the Qwen vocab count ``tokens("<t seconds>") = 5 + integer digits``."""
         got = super().video_tokens(
-            preset, n_sampled, height, width, indices=indices, video_fps=video_fps, max_pixels=max_pixels
+            preset, n_sampled, height, width, frame_cap=frame_cap, indices=indices, video_fps=video_fps
         )
         if not preset.timestamps:
             return got
@@ -180,16 +181,20 @@ class QwenFamily(ModelFamily):
         preset: ModelPreset,
         image_sizes: Sequence[tuple[int, int]],
         videos: Sequence[VideoSpec],
-        max_pixels: int | None,
+        bounds: PixelBounds,
         spans: bool,
     ) -> ExpandedText:
         if self.count_placeholders(text, preset) != (len(image_sizes), len(videos)):
             raise ValueError("message text contains literal <|image_pad|> / <|video_pad|> tokens")
-        per_image = [self.image_tokens(preset, h, w, max_pixels=max_pixels).tokens for h, w in image_sizes]
+        lo, hi = bounds.image_min_pixels, bounds.image_max_pixels
+        per_image = [
+            self.image_tokens(preset, h, w, min_pixels=lo, max_pixels=hi).tokens for h, w in image_sizes
+        ]
+        cap = bounds.video_frame_cap
         if preset.timestamps:
-            expanded, per_video, group_tokens = self._stamp_videos(text, preset, videos, max_pixels)
+            expanded, per_video, group_tokens = self._stamp_videos(text, preset, videos, cap)
         else:
-            expanded, per_video, group_tokens = self._plain_videos(text, preset, videos, max_pixels)
+            expanded, per_video, group_tokens = self._plain_videos(text, preset, videos, cap)
         pads = len(image_sizes) + sum(len(g) for g in group_tokens)
         if not spans:
             return ExpandedText(expanded, pads, per_image, per_video)
@@ -197,17 +202,17 @@ class QwenFamily(ModelFamily):
         return ExpandedText(expanded, pads, per_image, per_video, ends, toks)
 
     def _plain_videos(
-        self, text: str, preset: ModelPreset, videos: Sequence[VideoSpec], max_pixels: int | None
+        self, text: str, preset: ModelPreset, videos: Sequence[VideoSpec], frame_cap: int | None
     ) -> tuple[str, list[int], list[list[int]]]:
         """Qwen2/2.5: one pad a video; (text, tokens per video, tokens of each span of each video)."""
         per_video = [
-            self.video_tokens(preset, v.n_sampled_frames, v.height, v.width, max_pixels=max_pixels).tokens
+            self.video_tokens(preset, v.n_sampled_frames, v.height, v.width, frame_cap=frame_cap).tokens
             for v in videos
         ]
         return text, per_video, [[t] for t in per_video]
 
     def _stamp_videos(
-        self, text: str, preset: ModelPreset, videos: Sequence[VideoSpec], max_pixels: int | None
+        self, text: str, preset: ModelPreset, videos: Sequence[VideoSpec], frame_cap: int | None
     ) -> tuple[str, list[int], list[list[int]]]:
         """Qwen3VLProcessor: each video placeholder becomes, per temporal group, ``<t seconds>`` start pad
         end."""
@@ -218,7 +223,7 @@ class QwenFamily(ModelFamily):
         per_video: list[int] = []
         group_tokens: list[list[int]] = []
         for v, chunk in zip(videos, chunks[1:], strict=True):
-            lay = self.video_layout(preset, v.n_sampled_frames, v.height, v.width, max_pixels)
+            lay = self.video_layout(preset, v.n_sampled_frames, v.height, v.width, frame_cap)
             stamps = group_timestamps(preset, v.n_sampled_frames, lay.groups, v.indices, v.video_fps)
             pieces.extend(timestamp_text(t) + VIDEO_PLACEHOLDER for t in stamps)
             pieces.append(chunk)

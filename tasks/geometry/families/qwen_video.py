@@ -36,9 +36,10 @@ class QwenVideoSampler(ABC):
 
     @abstractmethod
     def frame_size(
-        self, preset: ModelPreset, n_sampled: int, height: int, width: int, max_pixels: int | None
+        self, preset: ModelPreset, n_sampled: int, height: int, width: int, frame_cap: int | None
     ) -> tuple[int, int]:
-        """(height, width) every sampled frame is resized to; ``max_pixels`` caps the stored frames."""
+        """(height, width) every sampled frame is resized to; ``frame_cap`` caps each frame under the
+        preset's video bounds (None: those bounds alone)."""
 
 
 def _video_bounds(preset: ModelPreset) -> tuple[int, int]:
@@ -105,7 +106,7 @@ class QwenVLUtilsSampler(QwenVideoSampler):
         return torch_linspace_round(0, n_frames - 1, n)
 
     def frame_size(
-        self, preset: ModelPreset, n_sampled: int, height: int, width: int, max_pixels: int | None
+        self, preset: ModelPreset, n_sampled: int, height: int, width: int, frame_cap: int | None
     ) -> tuple[int, int]:
         """Per-frame budget from the token limits and the total budget shared by the frames."""
         vmin, vmax = _video_bounds(preset)
@@ -116,8 +117,8 @@ class QwenVLUtilsSampler(QwenVideoSampler):
         if preset.video_total_pixels is not None:
             cap = min(cap, preset.video_total_pixels / n_even * tps)
         max_px = max(cap, int(min_px * 1.05))
-        if max_pixels is not None:
-            max_px = min(max_pixels, max_px)
+        if frame_cap is not None:
+            max_px = min(frame_cap, max_px)
         return qvu_smart_resize(height, width, preset.factor, min_px, max_px, preset.aspect_ratio_limit)
 
 
@@ -172,14 +173,14 @@ class Qwen3Sampler(QwenVideoSampler):
         return np_linspace_round(0, n_frames - 1, n)
 
     def frame_size(
-        self, preset: ModelPreset, n_sampled: int, height: int, width: int, max_pixels: int | None
+        self, preset: ModelPreset, n_sampled: int, height: int, width: int, frame_cap: int | None
     ) -> tuple[int, int]:
         vmin, vmax = _video_bounds(preset)
         f, limit = preset.factor, preset.aspect_ratio_limit
-        if max_pixels is not None:
-            # --max-pixels caps each stored frame; the model's all-frame budget then applies to those frames
-            lo = min(vmin, max_pixels)
-            height, width = smart_resize(height, width, f, lo, max_pixels, aspect_ratio_limit=limit)
+        if frame_cap is not None:
+            # the cap applies to each frame; the model's all-frame budget then applies to those frames
+            lo = min(vmin, frame_cap)
+            height, width = smart_resize(height, width, f, lo, frame_cap, aspect_ratio_limit=limit)
         return _qwen3_video_resize(n_sampled, height, width, preset.temporal_patch_size, f, vmin, vmax, limit)
 
 

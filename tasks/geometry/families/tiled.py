@@ -160,13 +160,13 @@ class TiledFamily(WrappedFamily):
         preset: ModelPreset,
         height: int,
         width: int,
-        max_pixels: int | None,
-        min_pixels: int | None,
+        min_pixels: int,
+        max_pixels: int,
         n_images: int,
     ) -> ImageTokens:
         """``tiles * tokens_per_tile`` for the tile grid of the stored size; ``n_images`` (the images of the
         sample) splits the tile budget when ``tiling.multi_image`` is ``split``."""
-        h, w = pipeline_size(preset, height, width, max_pixels=max_pixels, min_pixels=min_pixels)
+        h, w = pipeline_size(preset, height, width, min_pixels=min_pixels, max_pixels=max_pixels)
         t = _tiling(preset)
         max_tiles = max(1, t.max_tiles // max(1, n_images)) if t.multi_image == "split" else t.max_tiles
         cols, rows = tile_grid(w, h, t, max_tiles=max_tiles)
@@ -179,7 +179,7 @@ class TiledFamily(WrappedFamily):
         )
 
     def video_layout(
-        self, preset: ModelPreset, n_sampled: int, height: int, width: int, max_pixels: int | None
+        self, preset: ModelPreset, n_sampled: int, height: int, width: int, frame_cap: int | None
     ) -> VideoLayout:
         """One tile per frame: a group is one frame."""
         check_sampled(n_sampled)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from ....schemas.presets import ModelPreset, TextSpec
 from ..frame_sampling import np_linspace_round
+from ..pixel_bounds import PixelBounds
 from .model_family import DEFAULT_VIDEO_FPS, ExpandedText, ModelFamily, VideoSpec
 
 __all__ = ["WrappedFamily", "placeholder_re"]
@@ -56,7 +57,7 @@ class WrappedFamily(ModelFamily):
         preset: ModelPreset,
         image_sizes: Sequence[tuple[int, int]],
         videos: Sequence[VideoSpec],
-        max_pixels: int | None,
+        bounds: PixelBounds,
         spans: bool,
     ) -> ExpandedText:
         """Spans are always recorded (they cost nothing extra here)."""
@@ -65,8 +66,9 @@ class WrappedFamily(ModelFamily):
         if self.count_placeholders(text, preset) != (len(image_sizes), len(videos)):
             raise ValueError(f"message text contains a literal {img_ph} / {vid_ph} placeholder")
         n_images = len(image_sizes)
+        lo, hi = bounds.image_min_pixels, bounds.image_max_pixels
         per_image = [
-            self.image_tokens(preset, h, w, max_pixels=max_pixels, n_images=n_images).tokens
+            self.image_tokens(preset, h, w, min_pixels=lo, max_pixels=hi, n_images=n_images).tokens
             for h, w in image_sizes
         ]
         out = _Writer()
@@ -83,7 +85,7 @@ class WrappedFamily(ModelFamily):
                 out.span(block, next(images))
                 continue
             v = next(vids)
-            lay = self.video_layout(preset, v.n_sampled_frames, v.height, v.width, max_pixels)
+            lay = self.video_layout(preset, v.n_sampled_frames, v.height, v.width, bounds.video_frame_cap)
             for k, label in enumerate(_frame_labels(spec, v)[: lay.groups]):
                 if k:
                     out.write(spec.video_frame_sep)
