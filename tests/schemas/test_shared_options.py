@@ -19,10 +19,7 @@ OTHER_MEANING = {
     ("store clean", "store"): "the store to clean: by default the one OUT's last run used",
 }
 # Commands whose shared options are written out by hand: each is a defect to remove (command -> why left).
-HAND_WRITTEN = {
-    "tokens": "flows/cli/tokens.py writes out --model, --model-dir and --frames-mode with other help, and "
-    "copies --max-pixels, --min-pixels and --max-num-frames",
-}
+HAND_WRITTEN: dict[str, str] = {}  # command path -> why its options are written out by hand (none today)
 
 
 def restated(commands: list[tuple[str, click.Command]], declared: dict[str, ConfigOption]) -> list[str]:
