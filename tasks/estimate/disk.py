@@ -24,10 +24,9 @@ from ...schemas.recipes import Recipe
 from ...schemas.records import SubsetEntry
 from ...schemas.redact import redact
 from ...schemas.rows import MediaRow
-from ..fetch import FetchContext, FetchKnobs, fetch_batch, read_outcome
+from ..fetch import FetchContext, FetchKnobs, SizeAnswer, Sized, fetch_batch, read_outcome
 from ..manifests import OutputLayout
 from ..storage import ContentStore, sha256_bytes
-from .sizing import Answer, Sized
 
 # Settings an earlier run's ratios hold for (the media stage's knobs that change output bytes).
 RATIO_SETTINGS = (
@@ -127,7 +126,7 @@ FROM refs r JOIN objects o USING (subset) LEFT JOIN extra e USING (subset) LEFT 
 def sampled_ratios(
     entry: SubsetEntry,
     recipe: Recipe,
-    answers: dict[str, Answer],
+    answers: dict[str, SizeAnswer],
     kinds: dict[str, str],
     cfg: RunConfig,
     store: ContentStore | None,
