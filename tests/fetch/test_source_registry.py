@@ -81,6 +81,14 @@ def test_each_url_shape_drafts_a_source_of_its_kind(url: str, kind: str) -> None
     parse_recipe({"subset": "s", "license": "unknown", "sources": [source]})
 
 
+def test_url_shapes_come_from_the_models_in_one_declared_order() -> None:
+    """Each model declares its shapes; recipe init tries them all, by rank, and no two ranks tie."""
+    declared = [(kind, s) for m, kind in zip(SOURCE_MODELS, SOURCE_KINDS, strict=True) for s in m.url_shapes]
+    assert sorted((d.kind, d.shape.rank) for d in URL_SHAPES) == sorted((k, s.rank) for k, s in declared)
+    ranks = [d.shape.rank for d in URL_SHAPES]
+    assert ranks == sorted(set(ranks)), "two URL shapes of one rank: their order would be the kinds' order"
+
+
 def test_every_url_shape_is_tried_by_a_case() -> None:
     first = {next(i for i, s in enumerate(URL_SHAPES) if s.draft(u) is not None) for u, _ in URL_CASES}
     assert first == set(range(len(URL_SHAPES))), "a URL shape no case reaches"
