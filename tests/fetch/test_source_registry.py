@@ -3,6 +3,8 @@ each part (its fetch, its sizer), and the README URL shapes `recipe init` drafts
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from vlmforge.schemas.recipes import REMOTE_KINDS, SOURCE_KINDS, SOURCE_MODELS, parse_recipe
@@ -92,3 +94,11 @@ def test_url_shapes_come_from_the_models_in_one_declared_order() -> None:
 def test_every_url_shape_is_tried_by_a_case() -> None:
     first = {next(i for i, s in enumerate(URL_SHAPES) if s.draft(u) is not None) for u, _ in URL_CASES}
     assert first == set(range(len(URL_SHAPES))), "a URL shape no case reaches"
+
+
+def test_readme_names_every_source_kind() -> None:
+    """A user learns the kinds from README's recipe section: a new kind is named there too."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### Media upstream: recipes and the fetch stage", 1)[1].split("\n### ", 1)[0]
+    missing = [kind for kind in SOURCE_KINDS if f"`{kind}`" not in section]
+    assert not missing, f"README's recipe section does not name the source kinds {missing}"
