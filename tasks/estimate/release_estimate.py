@@ -31,8 +31,8 @@ from .sizes import size_references
 from .tally import SubsetSizing, tally
 from .versus import Versus, versus_actual
 
-# Objects an estimate decodes per subset and the network its hours are for (the probe sample: .sizing),
-# declared once: the catalog command's and the estimate flow's defaults are these.
+# Objects an estimate decodes per subset and the network its hours are for (the probe sample: fetch's
+# sizing.py), declared once: the catalog command's and the estimate flow's defaults are these.
 DEFAULT_DECODE_SAMPLE = 8
 DEFAULT_BANDWIDTH_TEXT = "1Gbit"
 DEFAULT_BANDWIDTH = parse_bandwidth(DEFAULT_BANDWIDTH_TEXT)  # bytes per second
