@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...schemas.config import RunConfig
-from ...schemas.recipes import Recipe
+from ...schemas.recipes import REMOTE_KINDS, SOURCE_KINDS, Recipe
 from ...schemas.records import SubsetEntry
 from ...schemas.redact import redact
 from ...schemas.rows import MediaRow
@@ -37,7 +37,7 @@ RATIO_SETTINGS = (
     ("media", "video_mode"),
     ("media", "video_max_pixels"),
 )
-LOCAL_KINDS = frozenset({"release_tar", "local"})
+LOCAL_KINDS = frozenset(SOURCE_KINDS) - REMOTE_KINDS  # kinds read in place: nothing fetched or stored
 INDEX_ENTRY_BYTES = 260  # one upstream-index entry in the store (JSON: locator, sha256, bytes)
 TAR_MEMBER = 512 + 256  # a tar header and, on average, half a block of padding
 SAMPLE_MEMBERS = 4  # json, jpgs, videos, vlmforge.json (the bridge format)
