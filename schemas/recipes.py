@@ -25,8 +25,9 @@ or as a whole ``storage_options`` value (a key or token). Never inside a URL's p
 cannot send a variable to a host it names. A source whose variable is unset or not allowed is skipped with a
 reason; an expanded value is a secret everywhere (written back as ``${NAME}``: ``schemas/redact.py``).
 
-Each kind is one model here (listed in the ``Source`` union; ``remote`` says whether it needs the network)
-and one module ``tasks/fetch/sources/<kind>.py`` registered in ``tasks/fetch/sources/__init__.py``.
+Each kind is one model here (listed in the ``Source`` union; ``remote`` says whether it needs the network;
+``url_shapes`` the README URLs ``vlmforge recipe init`` drafts it from) and one module
+``tasks/fetch/sources/<kind>.py`` (its fetch and its sizer) registered in ``tasks/fetch/sources/__init__.py``.
 
 RECIPE BREAKING CHANGE rule: renaming a field or a variable breaks users' recipes; add, never repurpose.
 """
@@ -35,18 +36,24 @@ from __future__ import annotations
 
 import posixpath
 import re
-import string
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .recipe_checks import (
+    ENV_RE,
+    env_placement_problem,
+    header_problem,
+    storage_option_problem,
+    template_fields,
+)
 from .recipe_locations import ALLOW_PRIVATE_HELP, location_problem
 from .recipe_match import Pattern, compile_match, search_bounded
 from .safe_yaml import load_limited
 from .subset_names import subset_name_problem
+from .url_shapes import UrlShape
 
 BASE_VARIABLES: frozenset[str] = frozenset({"ref", "name", "stem", "ext", "dir"})
-_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -54,28 +61,11 @@ class UnsetVariable(Exception):
     """A ``${NAME}`` in a template names an environment variable that is not set."""
 
 
-def template_fields(template: str) -> list[str]:
-    """Variable names used by ``template`` (``${ENV}`` parts excluded); raises ValueError if malformed."""
-    text = _ENV_RE.sub("", template)
-    names = []
-    for _, field, spec, conv in string.Formatter().parse(text):
-        if field is None:
-            continue
-        if not field.isidentifier() or spec or conv:
-            raise ValueError(
-                f"template {template!r}: '{{{field}{'!' + conv if conv else ''}"
-                f"{':' + spec if spec else ''}}}'"
-                " is not a plain variable (write {name}, no attributes, indexes or format specs)"
-            )
-        names.append(field)
-    return names
-
-
 def expand_env(text: str) -> str:
     """``text`` when it names no ``${NAME}``; else raises UnsetVariable. Values are put in by
     ``tasks/fetch/recipe_env.py`` (allowed variables only) before templates are filled, so one left here
     was unset or not allowed; this never reads the environment."""
-    m = _ENV_RE.search(text)
+    m = ENV_RE.search(text)
     if m is not None:
         name = m.group(1)
         raise UnsetVariable(f"${{{name}}} is not set, or not allowed (pass --env-allow {name} to allow it)")
@@ -93,72 +83,6 @@ def check_expanded(values: Any) -> None:
     elif isinstance(values, list):
         for v in values:
             check_expanded(v)
-
-
-def env_names(text: str) -> list[str]:
-    """The ``${NAME}`` variables ``text`` names."""
-    return _ENV_RE.findall(text)
-
-
-def env_placement_problem(field: str, value: str, *, location: bool) -> str | None:
-    """Why ``value`` names an environment variable where it may not, or None. ``location``: the field may
-    START with one ``${NAME}`` (a mirror's folder or base URL) followed by ``/`` or nothing; anywhere else,
-    and in any field that is not a location, a variable is refused."""
-    names = env_names(value)
-    if not names and "${" not in value:
-        return None
-    if location and len(names) == 1 and value.startswith(f"${{{names[0]}}}"):
-        rest = value[len(names[0]) + 3 :]
-        if "${" not in rest and (not rest or rest.startswith("/")):
-            return None
-    where = "only as the whole start of the value (a mirror location)" if location else "not in this field"
-    return (
-        f"{field} {bounded(value)}: an environment variable may be used {where}, never inside a URL's path "
-        "or query (it would be sent to the host); credentials belong in storage_options"
-    )
-
-
-_HEADER_NAME_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
-_HEADER_ENV_RE = re.compile(r"^(?:[A-Za-z]+ )?\$\{[A-Za-z_][A-Za-z0-9_]*\}$")  # "${T}" or "Bearer ${T}"
-RESERVED_HEADERS = frozenset({"host", "range", "user-agent", "accept-encoding", "content-length"})
-
-
-def header_problem(name: str, value: str) -> str | None:
-    """Why a recipe's request header is refused, or None: a valid name not set by the client itself, no
-    control characters, and ``${NAME}`` only as the whole value or after one word (``Bearer ${TOKEN}``)."""
-    if not _HEADER_NAME_RE.match(name) or name.lower() in RESERVED_HEADERS:
-        return f"header {bounded(name)} is not a header a recipe may set"
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        return f"header {name}: control characters in its value"
-    if "${" in value and not _HEADER_ENV_RE.match(value):
-        return f"header {name}: an environment variable is the whole value or follows one word"
-    return None
-
-
-def bounded(value: str, limit: int = 80) -> str:
-    """``repr(value)`` of at most ``limit`` characters (cut before it is built)."""
-    return repr(value[:limit]) + ("..." if len(value) > limit else "")
-
-
-def storage_option_problem(options: Any, path: str = "storage_options") -> str | None:
-    """An environment variable in ``storage_options`` anywhere but as a whole string value, or None."""
-    if isinstance(options, str):
-        if env_names(options) and _ENV_RE.fullmatch(options) is None:
-            return f"{path} {bounded(options)}: an environment variable must be the whole value (${{NAME}})"
-        return None
-    if isinstance(options, dict):
-        for key, value in options.items():
-            if isinstance(key, str) and "${" in key:
-                return f"{path}: a key may not name an environment variable ({bounded(key)})"
-            problem = storage_option_problem(value, f"{path}.{key}")
-            if problem:
-                return problem
-    if isinstance(options, list):
-        for i, value in enumerate(options):
-            problem = storage_option_problem(value, f"{path}[{i}]")
-            if problem:
-                return problem
-    return None
 
 
 def fill(template: str, variables: dict[str, str]) -> str:
@@ -189,6 +113,31 @@ RedirectPolicy = Literal["same_host", "any_public_host", "any_host"]
 REDIRECTS_FIELD_HELP = "where redirects may lead: same_host (default) | any_public_host | any_host"
 
 
+# README URL pieces the url_shapes below share: an archive's suffix, a Hugging Face dataset repo
+_ARCHIVE_EXT = r"\.(?i:zip|tar|tgz|tar\.gz|tar\.bz2|tar\.xz)"
+_HF = r"^https?://huggingface\.co/datasets/([\w.-]+/[\w.-]+)"
+
+
+def _github_fields(m: re.Match[str]) -> dict[str, Any]:
+    branch, path = m.group(2) or "main", (m.group(3) or "").rstrip("/")
+    base = f"https://raw.githubusercontent.com/{m.group(1)}/{branch}/"
+    return {"url": base + (f"{path}/" if path else "") + "{ref}", "max_concurrency": 4}
+
+
+def _s3_http_fields(m: re.Match[str]) -> dict[str, Any]:
+    prefix = m.group(2).rstrip("/")
+    return {"url": f"s3://{m.group(1)}/{prefix + '/' if prefix else ''}{{name}}", "anon": True}
+
+
+def _hf_fields(m: re.Match[str]) -> dict[str, Any]:
+    path = m.group(3) or ""
+    return {
+        "repo": m.group(1),
+        "revision": m.group(2) or "main",
+        "path": f"{path.rstrip('/')}/{{ref}}" if path else "{ref}",
+    }
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -197,6 +146,8 @@ class _SourceBase(_Model):
     """One entry of a recipe's ``sources``; each kind is answered by ``tasks/fetch/sources/<kind>.py``."""
 
     remote: ClassVar[bool] = True  # needs the network or an object store (False: read in place)
+    # README URLs `vlmforge recipe init` drafts as a source of this kind (none: never drafted from a URL)
+    url_shapes: ClassVar[tuple[UrlShape, ...]] = ()
     # template fields that may start with ${NAME} (a mirror location); other fields may name no variable
     env_locations: ClassVar[frozenset[str]] = frozenset()
     match: str | None = Field(
@@ -265,6 +216,18 @@ class HttpFilesSource(_SourceBase):
 
     kind: Literal["http_files"]
     env_locations: ClassVar[frozenset[str]] = frozenset({"url"})
+    url_shapes: ClassVar[tuple[UrlShape, ...]] = (
+        # a GitHub repository or a folder in it, read from raw.githubusercontent.com
+        UrlShape(
+            60,
+            re.compile(
+                r"^https?://github\.com/([\w.-]+/[\w.-]+?)(?:\.git)?(?:/(?:tree|blob)/([^/]+)/?(.*))?/?$"
+            ),
+            _github_fields,
+        ),
+        # a plain folder
+        UrlShape(70, re.compile(r".*/$"), lambda m: {"url": m.string + "{ref}"}),
+    )
     url: str = Field(description="URL template, e.g. https://host/images/{name}")
     max_concurrency: int | None = Field(default=None, gt=0, description="requests in flight to this host")
     redirects: RedirectPolicy = Field(default="same_host", description=REDIRECTS_FIELD_HELP)
@@ -316,6 +279,20 @@ class ArchiveSource(_SourceBase):
 
     kind: Literal["archive"]
     env_locations: ClassVar[frozenset[str]] = frozenset({"url"})
+    url_shapes: ClassVar[tuple[UrlShape, ...]] = (
+        # an archive in a Hugging Face dataset repo (before the repo's own shape)
+        UrlShape(
+            10,
+            re.compile(_HF + r"/(?:tree|resolve|blob)/([^/]+)/?(.*" + _ARCHIVE_EXT + ")$"),
+            lambda m: {"url": f"hf://datasets/{m.group(1)}@{m.group(2)}/{m.group(3)}", "member": "{ref}"},
+        ),
+        # any other archive (its query string aside)
+        UrlShape(
+            30,
+            re.compile(r"[^?]*" + _ARCHIVE_EXT + r"(?:\?.*)?$"),
+            lambda m: {"url": m.string, "member": "{ref}"},
+        ),
+    )
     url: str = Field(description="archive URL (template: variables pick the archive per reference)")
     format: Literal["zip", "tar"] | None = Field(default=None, description="default: from the URL suffix")
     member: str = Field(default="{ref}", description="member path inside the archive (template)")
@@ -380,6 +357,17 @@ class S3Source(_SourceBase):
     """One S3 object per reference."""
 
     kind: Literal["s3"]
+    url_shapes: ClassVar[tuple[UrlShape, ...]] = (
+        UrlShape(
+            40, re.compile(r"s3://"), lambda m: {"url": f"{m.string.rstrip('/')}/{{name}}", "anon": True}
+        ),
+        # a bucket by its HTTP name (before a plain folder)
+        UrlShape(
+            50,
+            re.compile(r"^https?://([a-z0-9.-]+)\.s3[.-]?(?:[a-z0-9-]+\.)?amazonaws\.com/(.*)$"),
+            _s3_http_fields,
+        ),
+    )
     url: str = Field(description="s3://bucket/prefix/{name}")
     anon: bool = Field(default=True, description="unsigned requests (public buckets)")
     endpoint_url: str | None = None
@@ -397,6 +385,10 @@ class HfSource(_SourceBase):
     """One file per reference in a Hugging Face repo at a pinned revision (read through fsspec ``hf://``)."""
 
     kind: Literal["hf"]
+    url_shapes: ClassVar[tuple[UrlShape, ...]] = (
+        # a Hugging Face dataset repo or a folder in it
+        UrlShape(20, re.compile(_HF + r"(?:/(?:tree|resolve|blob)/([^/]+)/?(.*))?"), _hf_fields),
+    )
     repo: str = Field(description="owner/name")
     revision: str = Field(min_length=1, description="commit sha (preferred), tag or branch")
     repo_type: Literal["dataset", "model"] = "dataset"

@@ -216,9 +216,9 @@ def test_flows_holds_few_modules_at_its_top() -> None:
     assert (REPO / "flows" / "cli" / "__init__.py").exists() and (REPO / "flows" / "runtime").is_dir()
 
 
-# Front doors this check holds to "only what is used"; the others' unused names are listed in the hand-over
-# of the change that added it (a stage joins once its door is trimmed).
-NARROW_DOORS = ("sample_release", "catalog", "parse", "estimate", "ops")
+# Front doors not yet held to "only what is used": geometry's and tokens' are being reshaped (they join once
+# trimmed). Every other stage's door, and any new stage's, is checked.
+WIDE_DOORS = ("geometry", "tokens")
 
 
 def _users() -> dict[str, Path]:
@@ -276,8 +276,8 @@ def unused_door_names(stages: tuple[str, ...], users: dict[str, Path]) -> list[s
 def test_front_doors_offer_only_what_other_stages_use() -> None:
     from vlmforge.tasks import IMPORT_ORDER
 
-    assert set(NARROW_DOORS) <= set(IMPORT_ORDER)
-    bad = unused_door_names(NARROW_DOORS, _users())
+    assert set(WIDE_DOORS) <= set(IMPORT_ORDER)
+    bad = unused_door_names(tuple(s for s in IMPORT_ORDER if s not in WIDE_DOORS), _users())
     assert not bad, "\n".join(bad)
 
 

@@ -11,86 +11,44 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-from ...schemas.recipes import parse_recipe
+from ...schemas.recipes import SOURCE_KINDS, SOURCE_MODELS, parse_recipe
 from ...schemas.records import MEDIA_TYPES
+from ...schemas.url_shapes import UrlShape
 from ..errors import ReleaseError
 from ..storage import url_to_fs
 from .licenses import detect_license
 
 _URL = re.compile(r"""(?:https?|s3)://[^\s<>()\[\]"'`]+""")
-_ARCHIVE_EXT = r"\.(?i:zip|tar|tgz|tar\.gz|tar\.bz2|tar\.xz)"
-_HF = r"^https?://huggingface\.co/datasets/([\w.-]+/[\w.-]+)"
 
 
 @dataclass(frozen=True)
-class UrlShape:
-    """One shape of README URL that names a media location, and the recipe source of ``kind`` drafted from it
-    (``fields`` of the match: the source's fields after its kind)."""
+class DraftShape:
+    """One README URL shape (declared by its source model in ``schemas/recipes.py``) and its kind."""
 
     kind: str
-    pattern: re.Pattern[str]
-    fields: Callable[[re.Match[str]], dict[str, Any]]
+    shape: UrlShape
 
     def draft(self, url: str) -> dict[str, Any] | None:
-        m = self.pattern.match(url)
-        return None if m is None else {"kind": self.kind, **self.fields(m)}
+        fields = self.shape.source_fields(url)
+        return None if fields is None else {"kind": self.kind, **fields}
 
 
-def _hf_path(m: re.Match[str]) -> dict[str, Any]:
-    path = m.group(3) or ""
-    return {
-        "repo": m.group(1),
-        "revision": m.group(2) or "main",
-        "path": f"{path.rstrip('/')}/{{ref}}" if path else "{ref}",
-    }
-
-
-def _s3_http(m: re.Match[str]) -> dict[str, Any]:
-    prefix = m.group(2).rstrip("/")
-    return {"url": f"s3://{m.group(1)}/{prefix + '/' if prefix else ''}{{name}}", "anon": True}
-
-
-def _github(m: re.Match[str]) -> dict[str, Any]:
-    branch, path = m.group(2) or "main", (m.group(3) or "").rstrip("/")
-    base = f"https://raw.githubusercontent.com/{m.group(1)}/{branch}/"
-    return {"url": base + (f"{path}/" if path else "") + "{ref}", "max_concurrency": 4}
-
-
-#: README URL shapes in the order they are tried; the first that matches drafts the source.
-URL_SHAPES: tuple[UrlShape, ...] = (
-    # an archive in a Hugging Face dataset repo
-    UrlShape(
-        "archive",
-        re.compile(_HF + r"/(?:tree|resolve|blob)/([^/]+)/?(.*" + _ARCHIVE_EXT + ")$"),
-        lambda m: {"url": f"hf://datasets/{m.group(1)}@{m.group(2)}/{m.group(3)}", "member": "{ref}"},
-    ),
-    # a Hugging Face dataset repo or a folder in it
-    UrlShape("hf", re.compile(_HF + r"(?:/(?:tree|resolve|blob)/([^/]+)/?(.*))?"), _hf_path),
-    # any other archive (its query string aside)
-    UrlShape(
-        "archive",
-        re.compile(r"[^?]*" + _ARCHIVE_EXT + r"(?:\?.*)?$"),
-        lambda m: {"url": m.string, "member": "{ref}"},
-    ),
-    UrlShape("s3", re.compile(r"s3://"), lambda m: {"url": f"{m.string.rstrip('/')}/{{name}}", "anon": True}),
-    # an S3 bucket by its HTTP name
-    UrlShape(
-        "s3", re.compile(r"^https?://([a-z0-9.-]+)\.s3[.-]?(?:[a-z0-9-]+\.)?amazonaws\.com/(.*)$"), _s3_http
-    ),
-    # a GitHub repository or a folder in it, read from raw.githubusercontent.com
-    UrlShape(
-        "http_files",
-        re.compile(r"^https?://github\.com/([\w.-]+/[\w.-]+?)(?:\.git)?(?:/(?:tree|blob)/([^/]+)/?(.*))?/?$"),
-        _github,
-    ),
-    # a plain folder
-    UrlShape("http_files", re.compile(r".*/$"), lambda m: {"url": m.string + "{ref}"}),
+#: README URL shapes of every source model, in the order they are tried (their ranks); the first that matches
+#: drafts the source.
+URL_SHAPES: tuple[DraftShape, ...] = tuple(
+    sorted(
+        (
+            DraftShape(kind, shape)
+            for model, kind in zip(SOURCE_MODELS, SOURCE_KINDS, strict=True)
+            for shape in model.url_shapes
+        ),
+        key=lambda d: d.shape.rank,
+    )
 )
 
 

@@ -6,11 +6,11 @@ client, the media stage's normaliser for a decoded sample) without their side ef
 run's figures through ``ops``' DuckDB views, so it comes last in the import order.
 """
 
+from ..fetch import DEFAULT_PROBE_SAMPLE
 from .estimate_report import as_json, as_markdown, estimate_table, footnotes, versus_hours, versus_table
 from .estimated_run import estimate_config, estimate_fields
 from .hours import parse_bandwidth
 from .release_estimate import DEFAULT_BANDWIDTH_TEXT, DEFAULT_DECODE_SAMPLE, EstimateOptions, estimate_release
-from .sizing import DEFAULT_PROBE_SAMPLE
 
 __all__ = [
     "DEFAULT_BANDWIDTH_TEXT",

@@ -20,14 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...schemas.config import RunConfig
-from ...schemas.recipes import Recipe
+from ...schemas.recipes import REMOTE_KINDS, SOURCE_KINDS, Recipe
 from ...schemas.records import SubsetEntry
 from ...schemas.redact import redact
 from ...schemas.rows import MediaRow
-from ..fetch import FetchContext, FetchKnobs, fetch_batch, read_outcome
+from ..fetch import FetchContext, FetchKnobs, SizeAnswer, Sized, fetch_batch, read_outcome
 from ..manifests import OutputLayout
 from ..storage import ContentStore, sha256_bytes
-from .sizing import Answer, Sized
 
 # Settings an earlier run's ratios hold for (the media stage's knobs that change output bytes).
 RATIO_SETTINGS = (
@@ -38,7 +37,7 @@ RATIO_SETTINGS = (
     ("media", "video_mode"),
     ("media", "video_max_pixels"),
 )
-LOCAL_KINDS = frozenset({"release_tar", "local"})
+LOCAL_KINDS = frozenset(SOURCE_KINDS) - REMOTE_KINDS  # kinds read in place: nothing fetched or stored
 INDEX_ENTRY_BYTES = 260  # one upstream-index entry in the store (JSON: locator, sha256, bytes)
 TAR_MEMBER = 512 + 256  # a tar header and, on average, half a block of padding
 SAMPLE_MEMBERS = 4  # json, jpgs, videos, vlmforge.json (the bridge format)
@@ -127,7 +126,7 @@ FROM refs r JOIN objects o USING (subset) LEFT JOIN extra e USING (subset) LEFT 
 def sampled_ratios(
     entry: SubsetEntry,
     recipe: Recipe,
-    answers: dict[str, Answer],
+    answers: dict[str, SizeAnswer],
     kinds: dict[str, str],
     cfg: RunConfig,
     store: ContentStore | None,

@@ -21,19 +21,18 @@ from ...schemas.config import RunConfig
 from ...schemas.estimate_rows import ESTIMATES, EstimateRow
 from ...schemas.recipes import Recipe
 from ..catalog import catalog_release, check_ready, find_recipe
-from ..fetch import HttpClient, HttpOptions, bind_environment
+from ..fetch import DEFAULT_PROBE_SAMPLE, HttpClient, HttpOptions, SizingContext, bind_environment
 from ..manifests import OutputLayout
 from ..storage import ContentStore, atomic_write_bytes
 from .disk import DEFAULT, DiskRatios, previous_ratios, sampled_ratios
 from .hours import Rates, measured_rates, parse_bandwidth
 from .references import subset_references
 from .sizes import size_references
-from .sizing import DEFAULT_PROBE_SAMPLE, SizingContext
 from .tally import SubsetSizing, tally
 from .versus import Versus, versus_actual
 
-# Objects an estimate decodes per subset and the network its hours are for (the probe sample: .sizing),
-# declared once: the catalog command's and the estimate flow's defaults are these.
+# Objects an estimate decodes per subset and the network its hours are for (the probe sample: fetch's
+# sizing.py), declared once: the catalog command's and the estimate flow's defaults are these.
 DEFAULT_DECODE_SAMPLE = 8
 DEFAULT_BANDWIDTH_TEXT = "1Gbit"
 DEFAULT_BANDWIDTH = parse_bandwidth(DEFAULT_BANDWIDTH_TEXT)  # bytes per second

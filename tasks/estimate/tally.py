@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 from ...schemas.estimate_rows import TOTAL, EstimateRow
 from ...schemas.records import SubsetEntry
+from ..fetch import Miss, SizeAnswer, Sized
 from .disk import INDEX_ENTRY_BYTES, LOCAL_KINDS, SHARD_BYTES, SHARD_TAIL, DiskRatios, sample_overhead
 from .hours import Rates, run_hours
 from .references import SubsetRefs
-from .sizing import Answer, Miss, Sized
 
 Z95 = 1.96
 
@@ -26,7 +26,7 @@ class SubsetSizing:
 
     entry: SubsetEntry
     refs: SubsetRefs
-    answers: dict[str, Answer]
+    answers: dict[str, SizeAnswer]
     strata: dict[str, list[int]]
     stratum_objects: dict[str, int]
     streamed: dict[str, int]

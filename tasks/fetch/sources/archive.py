@@ -1,19 +1,27 @@
 """``archive``: a zip or a tar at a URL (http(s), s3://, hf://, or a local path), the member path as a
 template, optionally one archive per ``{shard}``. Only referenced members are read (:mod:`..zip_fetch`,
-:mod:`..tar_fetch`) and stored; a member already in the upstream index is not read again."""
+:mod:`..tar_fetch`) and stored; a member already in the upstream index is not read again. Sized from a zip's
+central directory (read by range: exact member sizes) or a tar's size (streamed whole by the run: its members'
+sizes are only bounded by it)."""
 
 from __future__ import annotations
 
 from ....schemas.recipes import ArchiveSource, UnsetVariable, check_expanded, fill
+from ...storage import url_to_fs
 from ..archive_members import normalize_member
 from ..batch_state import BatchRun
 from ..failures import NOT_IN_ARCHIVE, SOURCE_ERROR, FetchError, classify_fs_error
 from ..outcomes import Answers, FetchOutcome, Located
 from ..policy import check_url
+from ..size_probes import file_size, http_size, zip_directory
+from ..sizing import Miss, SizeAnswer, Sized, SizingContext
 from ..tar_fetch import fetch_tar_members
 from ..zip_fetch import fetch_zip_members
+from ..zip_format import ZipIndex, check_zip_entry
 
 Wanted = dict[str, tuple[str, list[str]]]  # reference -> (member path, the archives that may hold it)
+ZIP_LOCAL_HEADER = 30  # bytes of a zip member's local header before its name and extra field
+MAX_BYTES = 512 * 1024 * 1024  # the run's default cap on one object (FetchOptions.max_bytes)
 
 
 class Archive:
@@ -69,3 +77,72 @@ class Archive:
             return fetch_tar_members(run, url, refs, source)
         except Exception as exc:  # noqa: BLE001 - the archive as a whole failed (404, not a zip, cut...)
             return dict.fromkeys(refs, classify_fs_error(exc, url))
+
+    def size(self, source: ArchiveSource, located: Located, ctx: SizingContext) -> dict[str, SizeAnswer]:
+        out: dict[str, SizeAnswer] = {}
+        for ref, v in located.items():
+            try:
+                member = normalize_member(fill(source.member, v))
+                shards = source.shards.values() if source.shards else [None]
+                urls = [fill(source.url, v if s is None else v | {"shard": s}) for s in shards]
+            except UnsetVariable as exc:
+                out[ref] = Miss(SOURCE_ERROR, f"archive source skipped: {exc}")
+                continue
+            out[ref] = self._size_member(source, member, urls, ctx)
+        return out
+
+    def _size_member(
+        self, source: ArchiveSource, member: str, urls: list[str], ctx: SizingContext
+    ) -> SizeAnswer:
+        for url in urls:
+            hit = ctx.cached(f"{url}#{member}")
+            if hit is not None:
+                return Sized(f"{url}#{member}", self.kind, hit, 0, in_store=True)
+        last: SizeAnswer = Miss(NOT_IN_ARCHIVE, f"{member} is in none of {len(urls)} archives")
+        for url in urls:
+            if source.archive_format(url) != "zip":
+                size = self._archive_size(source, url, ctx)
+                if isinstance(size, Miss):
+                    last = size
+                    continue
+                return Sized(f"{url}#{member}", self.kind, None, 0, bound=True)
+            index = self._zip_index(source, url, ctx)
+            if isinstance(index, Miss):
+                last = index
+                continue
+            entry = index.get(member)
+            err = check_zip_entry(entry, member, MAX_BYTES, url)
+            if err is not None:
+                last = Miss(err.failure, err.detail)
+                if err.failure == NOT_IN_ARCHIVE:
+                    continue
+                return last
+            assert entry is not None
+            transfer = ZIP_LOCAL_HEADER + entry.name_len + entry.extra_len + entry.compress_size
+            name = f"{url}#{normalize_member(entry.name)}"
+            return Sized(name, self.kind, entry.file_size, transfer, probed=True)
+        return last
+
+    def _zip_index(self, source: ArchiveSource, url: str, ctx: SizingContext) -> ZipIndex | Miss:
+        key = f"zip:{url}"
+        if key not in ctx.memo:
+            try:
+                ctx.memo[key] = zip_directory(ctx.client, ctx.store, url, source.storage_options)
+            except FetchError as err:
+                ctx.memo[key] = Miss(err.failure, err.detail)
+            except Exception as exc:  # noqa: BLE001 - the archive as a whole cannot be read
+                ctx.memo[key] = Miss(SOURCE_ERROR, f"{type(exc).__name__}: {exc}")
+        found: ZipIndex | Miss = ctx.memo[key]
+        return found
+
+    def _archive_size(self, source: ArchiveSource, url: str, ctx: SizingContext) -> int | Miss:
+        if url not in ctx.streamed:
+            try:
+                if url.startswith(("http://", "https://")):
+                    ctx.streamed[url] = http_size(ctx.client, url)
+                else:
+                    fs, path = url_to_fs(url, **source.storage_options)
+                    ctx.streamed[url] = file_size(fs, path)
+            except FetchError as err:
+                return Miss(err.failure, err.detail)
+        return ctx.streamed[url]

@@ -1,6 +1,9 @@
-"""``http_files``: one HTTP(S) URL per reference, from a template; fetched into the store."""
+"""``http_files``: one HTTP(S) URL per reference, from a template; fetched into the store, sized by HEAD (or
+a one-byte ranged GET) on a seeded sample."""
 
 from __future__ import annotations
+
+from urllib.parse import urlsplit
 
 from ....schemas.recipes import HttpFilesSource, UnsetVariable, check_expanded, fill
 from ..batch_state import BatchRun
@@ -8,6 +11,8 @@ from ..failures import SOURCE_ERROR, FetchError
 from ..objects import fetch_objects
 from ..outcomes import Answers, Located
 from ..policy import check_url
+from ..size_probes import http_size
+from ..sizing import SizeAnswer, SizingContext, locate_all, sampled
 from ..store_writes import StoreSink
 
 
@@ -37,3 +42,11 @@ class HttpFiles:
             return resp.attempts
 
         return fetch_objects(run, self.kind, located, lambda v: fill(source.url, v), fetch_one)
+
+    def size(self, source: HttpFilesSource, located: Located, ctx: SizingContext) -> dict[str, SizeAnswer]:
+        locators, out = locate_all(located, lambda v: fill(source.url, v), self.kind)
+        if source.max_concurrency and locators:
+            host = urlsplit(next(iter(locators.values()))).hostname
+            if host:
+                ctx.client.hosts.set_limit(host, source.max_concurrency)
+        return out | sampled(ctx, self.kind, locators, lambda url: http_size(ctx.client, url))

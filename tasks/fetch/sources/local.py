@@ -11,7 +11,9 @@ from ..batch_state import BatchRun
 from ..failures import NOT_FOUND, SOURCE_ERROR, FetchError
 from ..outcomes import Answer, Answers, FetchOutcome, LocalLocation, Located
 from ..policy import check_local_root
-from ..release_media import file_in
+from ..release_media import MissingMedia, file_in
+from ..size_probes import file_size
+from ..sizing import Miss, SizeAnswer, Sized, SizingContext
 
 
 class Local:
@@ -42,6 +44,28 @@ class Local:
                 found = LocalLocation(path if is_local(fs) else fs.unstrip_protocol(path))
                 return FetchOutcome(ref, "ok", self.kind, found.path, location=found)
         return FetchError(NOT_FOUND, f"not under {', '.join(roots)}")
+
+    def size(self, source: LocalSource, located: Located, ctx: SizingContext) -> dict[str, SizeAnswer]:
+        """Sized on disk (or by the folder's filesystem)."""
+        roots = [source.root] if source.root else list(ctx.media_roots)
+        if not roots:
+            return dict.fromkeys(located, Miss(NOT_FOUND, "no --media-root given"))
+        return {ref: self._size_one(source, roots, v) for ref, v in located.items()}
+
+    def _size_one(self, source: LocalSource, roots: list[str], variables: dict[str, str]) -> SizeAnswer:
+        for root in roots:
+            try:
+                fs, base = url_to_fs(fill(root, variables), **source.storage_options)
+                path = file_in(fs, base, fill(source.path, variables))
+            except UnsetVariable as exc:
+                return Miss(SOURCE_ERROR, f"local source skipped: {exc}")
+            except MissingMedia as exc:
+                return Miss(exc.failure, str(exc))
+            if path is not None:
+                size = file_size(fs, path)
+                name = path if is_local(fs) else str(fs.unstrip_protocol(path))
+                return Sized(name, self.kind, size, 0 if is_local(fs) else size)
+        return Miss(NOT_FOUND, f"not under {', '.join(roots)}")
 
 
 def _readable(run: BatchRun) -> list[str]:

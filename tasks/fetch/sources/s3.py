@@ -1,5 +1,6 @@
 """``s3``: one S3 object per reference (``s3://bucket/prefix/{name}``, optionally at another endpoint),
-read through s3fs within the same host slots and retry policy as HTTP; fetched into the store."""
+read through s3fs within the same host slots and retry policy as HTTP; fetched into the store, sized by the
+bucket's listing (or HEAD for a few keys)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from ....schemas.recipes import S3Source, fill
 from ..batch_state import BatchRun
 from ..objects import fetch_objects, read_fs_object
 from ..outcomes import Answers, Located
+from ..sizing import SizeAnswer, SizingContext, listed, locate_all
 from ..store_writes import StoreSink
 
 _FILESYSTEMS: dict[tuple[Any, ...], AbstractFileSystem] = {}  # one client per process and settings
@@ -34,6 +36,20 @@ class S3:
             return read_fs_object(run, fs, path, upstream, sink, host=f"s3:{path.split('/', 1)[0]}")
 
         return fetch_objects(run, self.kind, located, locate, fetch_one)
+
+    def size(self, source: S3Source, located: Located, ctx: SizingContext) -> dict[str, SizeAnswer]:
+        fs = s3_filesystem(source)
+        endpoint = source.endpoint_url.rstrip("/") if source.endpoint_url else None
+
+        def locate(variables: dict[str, str]) -> str:  # the upstream locator answer() records
+            url = fill(source.url, variables)
+            return f"{endpoint}/{url[5:]}" if endpoint else url
+
+        def path_of(loc: str) -> str:
+            return loc[len(endpoint) + 1 :] if endpoint else loc.split("://", 1)[1]
+
+        locators, out = locate_all(located, locate, self.kind)
+        return out | listed(ctx, self.kind, locators, fs, path_of, lambda p: f"s3:{p.split('/', 1)[0]}")
 
 
 def s3_filesystem(source: S3Source) -> AbstractFileSystem:

@@ -1,6 +1,7 @@
-"""What sizing a reference's object means: the answers (:class:`Sized`, :class:`Miss`), the interface every
-source kind's sizer implements (:class:`Sizer`; the kinds are in :mod:`.sizes`), what they share
-(:class:`SizingContext`) and the sampling of sizes only HTTP can tell (:func:`sampled`).
+"""What sizing a reference's object means (``vlmforge catalog --estimate``, before any media body is
+read): the answers (:class:`Sized`, :class:`Miss`), what the sizers share (:class:`SizingContext`) and the
+sampling of sizes only HTTP can tell (:func:`sampled`). Each source kind sizes its own references beside
+its fetch (``size`` of :class:`~.sources.media_source.MediaSource`), so a kind is one module.
 
 An object is named by what the store's upstream index records for it (the URL, ``s3://`` locator, zip
 ``URL#member``) or, for media read in place, by its file or tar member: two references, in one subset or
@@ -18,13 +19,16 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from ...schemas.recipes import UnsetVariable, fill
+from ...schemas.recipes import UnsetVariable
 from ...schemas.records import SubsetEntry
 from ...schemas.redact import redact
-from ..fetch import SOURCE_ERROR, FetchError, HttpClient, Located
 from ..storage import ContentStore
+from .client import HttpClient
+from .failures import SOURCE_ERROR, FetchError
+from .outcomes import Located
+from .size_probes import fs_sizes
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +54,7 @@ class Miss:
     detail: str
 
 
-Answer = Sized | Miss
+SizeAnswer = Sized | Miss
 
 
 # Objects per source and subset sized by a request where no index says it: an estimate's default
@@ -84,21 +88,13 @@ class SizingContext:
         return None if entry is None else int(entry.get("bytes", 0))
 
 
-class Sizer(Protocol):
-    """Sizes the ``located`` references of one subset from one recipe source (its entry ``source``)."""
-
-    kind: str
-
-    def size(self, source: Any, located: Located, ctx: SizingContext) -> dict[str, Answer]: ...
-
-
 def sampled(
     ctx: SizingContext, kind: str, locators: dict[str, str], probe: Callable[[str], int]
-) -> dict[str, Answer]:
+) -> dict[str, SizeAnswer]:
     """Answers for references whose objects only a request can size (``probe(locator)``): the store's index
     first, then a seeded sample of the other distinct objects probed in the pool; the rest share the
     sample's stratum. A probed object that is absent is a miss (the next source may hold it)."""
-    out: dict[str, Answer] = {}
+    out: dict[str, SizeAnswer] = {}
     todo: dict[str, list[str]] = {}  # locator -> refs
     for ref, loc in locators.items():
         hit = ctx.cached(loc)
@@ -129,7 +125,7 @@ def sampled(
     for loc, refs in todo.items():
         got = measured.get(loc)
         if isinstance(got, FetchError):
-            answer: Answer = Miss(got.failure, got.detail)
+            answer: SizeAnswer = Miss(got.failure, got.detail)
         elif got is not None:
             answer = Sized(loc, kind, got, stratum=stratum, probed=True)
         else:
@@ -141,11 +137,11 @@ def sampled(
 
 def locate_all(
     located: Located, template: Callable[[dict[str, str]], str], kind: str
-) -> tuple[dict[str, str], dict[str, Answer]]:
+) -> tuple[dict[str, str], dict[str, SizeAnswer]]:
     """Each reference's locator from its template variables; a template with an unset ``${VAR}`` is a
     miss (the run skips that source the same way)."""
     locators: dict[str, str] = {}
-    misses: dict[str, Answer] = {}
+    misses: dict[str, SizeAnswer] = {}
     for ref, v in located.items():
         try:
             locators[ref] = template(v)
@@ -154,5 +150,35 @@ def locate_all(
     return locators, misses
 
 
-def template_of(url: str) -> Callable[[dict[str, str]], str]:
-    return lambda variables: fill(url, variables)
+def listed(
+    ctx: SizingContext,
+    kind: str,
+    locators: dict[str, str],
+    fs: Any,
+    path_of: Callable[[str], str],
+    host_of: Callable[[str], str],
+) -> dict[str, SizeAnswer]:
+    """Exact sizes from an object store: the store's index first, then listings or metadata requests."""
+    out: dict[str, SizeAnswer] = {}
+    todo: dict[str, str] = {}
+    for ref, loc in locators.items():
+        hit = ctx.cached(loc)
+        if hit is not None:
+            out[ref] = Sized(loc, kind, hit, 0, in_store=True)
+        else:
+            todo[ref] = loc
+    by_host: dict[str, list[str]] = {}
+    for loc in set(todo.values()):
+        by_host.setdefault(host_of(path_of(loc)), []).append(loc)
+    sizes: dict[str, int | FetchError] = {}
+    for host, locs in by_host.items():
+        got = fs_sizes(ctx.client, fs, [path_of(loc) for loc in locs], host)
+        sizes |= {loc: got[path_of(loc)] for loc in locs}
+    for ref, loc in todo.items():
+        size = sizes[loc]
+        out[ref] = (
+            Miss(size.failure, size.detail)
+            if isinstance(size, FetchError)
+            else Sized(loc, kind, size, probed=True)
+        )
+    return out
