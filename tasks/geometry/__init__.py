@@ -9,10 +9,9 @@ from .media_tokens import image_tokens, sample_video_frames, video_tokens
 from .model_geometry import ModelGeometry, geometry_of
 from .pixel_bounds import PixelBounds
 from .preset_loading import load_preset
-from .resize_rule import AspectRatioError, smart_resize
+from .resize_rule import smart_resize
 
 __all__ = [
-    "AspectRatioError",
     "ExpandedText",
     "ModelGeometry",
     "PixelBounds",

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from .count import SampleTokens, count_sample_tokens
-from .feed_paths import FEED_PATHS, FeedPath
+from .feed_paths import FEED_PATHS
 from .media_table import ImageSize, MediaTokens, VideoSize, media_tokens
 from .seq_len import SeqLenFit, fit_seq_len, needs_layout
 from .text import TextTokenizer
@@ -9,7 +9,6 @@ from .token_input import TokenInput
 
 __all__ = [
     "FEED_PATHS",
-    "FeedPath",
     "ImageSize",
     "MediaTokens",
     "SampleTokens",
