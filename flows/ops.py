@@ -20,7 +20,8 @@ from ..tasks.catalog import RefreshPlan, plan_release_refresh, refresh_config
 from ..tasks.errors import OutputError
 from ..tasks.manifests import OutputLayout
 from ..tasks.ops import MixPlan
-from ..tasks.publish import ValidationReport, published_subsets
+from ..tasks.publish import published_subsets
+from ..tasks.validate import ValidationReport
 from .pipeline import run_release
 from .runtime.executors import runner_for
 from .summary import RunSummary
@@ -247,7 +248,7 @@ def mix_flow(
 def validate_subset_task(
     out: str, subset: str, sample_limit: int | None, num_workers: int, checksums: bool | None
 ) -> ValidationReport:
-    from ..tasks.publish import validate_subset
+    from ..tasks.validate import validate_subset
 
     return validate_subset(
         out, subset, sample_limit=sample_limit, num_workers=num_workers, checksums=checksums
@@ -256,7 +257,8 @@ def validate_subset_task(
 
 @task(name="validate-blends", task_run_name="validate blends of {out}")
 def validate_blends_task(out: str) -> list[ValidationReport]:
-    from ..tasks.publish import energon_view, validate_blend
+    from ..tasks.publish import energon_view
+    from ..tasks.validate import validate_blend
 
     reports = []
     with energon_view(OutputLayout(out)) as root:  # OUT/energon, or a local copy of a remote one's metadata

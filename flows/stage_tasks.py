@@ -29,9 +29,9 @@ from ..tasks.publish import (
     ShardsGateFailed,
     publish_subset,
     shards_check,
-    validate_subset,
 )
 from ..tasks.storage import OutputFullError
+from ..tasks.validate import validate_subset
 from .runtime.embedded import returns_freed_memory
 from .summary import publish_quality
 

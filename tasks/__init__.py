@@ -1,12 +1,12 @@
 """The stage functions: plain functions, no Prefect and no Ray (``flows/`` wraps them).
 
 Two orders, each declared once: :data:`STAGES` is the order data moves in (a run stages a public set, catalogs
-the release, then each batch parses, fetches, sizes, verifies and counts, and the gate, publish and ops
-follow); :data:`IMPORT_ORDER` is the order stages may import each other: a stage imports only the front doors
-(package ``__init__``) of the stages before it there, and the shared modules (:data:`SHARED`, and
-``schemas``). They differ where a stage reuses a later one's tools: ``staging`` reads archives with the fetch
-stage's readers and sniffs media with the media stage's, so it comes after them in the import order; the
-``estimate`` sizes a run before it starts with every stage's own code (and reads earlier outputs through
+the release, then each batch parses, fetches, sizes, verifies and counts, and the gate, publish, validate
+and ops follow); :data:`IMPORT_ORDER` is the order stages may import each other: a stage imports only the
+front doors (package ``__init__``) of the stages before it there, and the shared modules (:data:`SHARED`,
+and ``schemas``). They differ where a stage reuses a later one's tools: ``staging`` reads archives with the
+fetch stage's readers and sniffs media with the media stage's, so it comes after them in the import order;
+the ``estimate`` sizes a run before it starts with every stage's own code (and reads earlier outputs through
 ``ops``), so it comes last.
 ``tests/test_layout.py`` enforces the import order and that both list the same stages.
 """
@@ -25,6 +25,7 @@ STAGES = (
     "batch",  # the hub: one batch of lines from bytes to committed manifest parts (parse .. tokens)
     "gate",  # Great Expectations suites over DuckDB profiles
     "publish",  # committed manifests to a live Energon dataset
+    "validate",  # a published dataset checked as the trainer reads it (the read-back, vlmforge validate)
     "ops",  # what people run on a finished output
 )
 #: Stages in import order: each imports only the front doors of those before it.
@@ -40,6 +41,7 @@ IMPORT_ORDER = (
     "batch",
     "gate",
     "publish",
+    "validate",  # reads what publish wrote, through its front door
     "ops",
     "estimate",  # runs every earlier stage's code without its side effects, and reads outputs through ops
 )

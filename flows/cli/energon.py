@@ -91,7 +91,7 @@ def validate(
     """Load every dataset back through megatron-energon and the cooker; compare with the manifests.
 
     Exits 1 with a report naming each mismatch."""
-    from ...tasks.publish import format_reports, validate_output
+    from ...tasks.validate import format_reports, validate_output
 
     reports = validate_output(
         out, subset or None, sample_limit=sample, num_workers=workers, checksums=checksums

@@ -1,29 +1,35 @@
-"""The publish stage: a subset's committed manifests to a live Energon dataset (tars, index, atomic swap),
-the metadataset over the published subsets, and the checks of a published output."""
+"""The publish stage: a subset's committed manifests to a live Energon dataset (tars, index, atomic swap)
+and the metadataset over the published subsets. Checking a published output is the validate stage's."""
 
 from __future__ import annotations
 
-from .check_report import ValidationReport, format_reports
 from .current import current_publish, forget_current, publish_fingerprint, record_current
-from .dataset_check import validate_blend, validate_output, validate_subset
-from .listing import published_subsets, read_manifest
+from .formats import format_of_dataset
+from .listing import MANIFEST_NAME, listing_table, published_subsets, read_manifest, shards_of
 from .metadataset import dataset_splits, ensure_dataset_config
+from .prepare import INDEX_SQLITE, META
 from .publish import PublishResult, publish_metadataset, publish_subset
-from .remote_copy import energon_view
+from .remote_copy import dataset_copy, energon_view
 from .shards_suite import ShardsGateFailed, shards_check
 from .splits import EmptyTrainSplitError, metadataset_val_problem, val_split_note
+from .tar import file_sha256
 
 __all__ = [
+    "INDEX_SQLITE",
+    "MANIFEST_NAME",
+    "META",
     "EmptyTrainSplitError",
     "PublishResult",
     "ShardsGateFailed",
-    "ValidationReport",
     "current_publish",
+    "dataset_copy",
     "dataset_splits",
     "energon_view",
     "ensure_dataset_config",
+    "file_sha256",
     "forget_current",
-    "format_reports",
+    "format_of_dataset",
+    "listing_table",
     "metadataset_val_problem",
     "publish_fingerprint",
     "publish_metadataset",
@@ -32,8 +38,6 @@ __all__ = [
     "read_manifest",
     "record_current",
     "shards_check",
+    "shards_of",
     "val_split_note",
-    "validate_blend",
-    "validate_output",
-    "validate_subset",
 ]

@@ -82,7 +82,7 @@ def test_a_query_error_keeps_duckdbs_hints() -> None:
 def test_a_read_back_on_a_machine_without_an_accelerator_warns_nothing() -> None:
     import torch.utils.data
 
-    import vlmforge.tasks.publish.readback  # noqa: F401 - its filter is the subject
+    import vlmforge.tasks.validate.readback  # noqa: F401 - its filter is the subject
 
     with warnings.catch_warnings(record=True) as seen:
         list(torch.utils.data.DataLoader([1, 2, 3], pin_memory=True))

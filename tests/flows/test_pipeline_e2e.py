@@ -15,8 +15,8 @@ from PIL import Image
 from vlmforge.schemas.config import RunConfig
 from vlmforge.tasks.manifests import OutputLayout, read_table
 from vlmforge.tasks.ops.query import run_query
-from vlmforge.tasks.publish.readback import validate_energon_dataset
 from vlmforge.tasks.sample_release.expected import EXPECTED, EXPECTED_MEDIA_ERRORS
+from vlmforge.tasks.validate import validate_energon_dataset
 
 pytestmark = pytest.mark.slow
 

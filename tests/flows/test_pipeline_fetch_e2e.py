@@ -15,7 +15,7 @@ from PIL import Image
 
 from vlmforge.schemas.config import RunConfig
 from vlmforge.tasks.manifests import OutputLayout, read_table
-from vlmforge.tasks.publish.dataset_check import validate_subset
+from vlmforge.tasks.validate import validate_subset
 
 pytestmark = pytest.mark.slow
 SUBSET = "remote_photos"

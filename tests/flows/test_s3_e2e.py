@@ -13,7 +13,7 @@ from conftest import run_flow
 
 from vlmforge.schemas.config import RunConfig
 from vlmforge.tasks.manifests import OutputLayout, read_table
-from vlmforge.tasks.publish.dataset_check import validate_subset
+from vlmforge.tasks.validate import validate_subset
 
 pytestmark = pytest.mark.slow
 SUBSETS = ("photo_vqa", "video_qa")

@@ -13,7 +13,8 @@ from conftest import output_hashes, run_flow
 
 from vlmforge.schemas.config import RunConfig
 from vlmforge.tasks.ops.query import run_query
-from vlmforge.tasks.publish import published_subsets, validate_output
+from vlmforge.tasks.publish import published_subsets
+from vlmforge.tasks.validate import validate_output
 
 pytestmark = pytest.mark.slow  # a service (Ray, a Prefect server or an S3 server) of its own
 

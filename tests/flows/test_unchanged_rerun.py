@@ -22,7 +22,7 @@ from vlmforge.schemas.config import RunConfig
 from vlmforge.tasks.catalog import unpublish_subset
 from vlmforge.tasks.gate import load_run
 from vlmforge.tasks.manifests import OutputLayout
-from vlmforge.tasks.publish import validate_subset
+from vlmforge.tasks.validate import validate_subset
 
 pytestmark = pytest.mark.slow
 SUBSETS = ("photo_vqa", "video_qa")

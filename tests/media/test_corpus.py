@@ -44,9 +44,8 @@ from vlmforge.tasks.batch.batch_pipeline import build_batch
 from vlmforge.tasks.gate.check import gate_subset
 from vlmforge.tasks.gate.results import GateResult
 from vlmforge.tasks.manifests import OutputLayout, read_table
-from vlmforge.tasks.publish.check_report import ValidationReport
-from vlmforge.tasks.publish.dataset_check import validate_subset
 from vlmforge.tasks.publish.publish import publish_subset
+from vlmforge.tasks.validate import ValidationReport, validate_subset
 
 pytestmark = [
     pytest.mark.corpus,

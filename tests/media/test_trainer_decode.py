@@ -20,7 +20,7 @@ from vlmforge.tasks.media.formats import ACCEPTED_IMAGE_FORMATS
 from vlmforge.tasks.media.image import IMAGE_REASONS, ImageResult, process_image
 from vlmforge.tasks.media.trainer_decode import image_problem, part_problem, video_problem
 from vlmforge.tasks.media.video import VIDEO_REASONS, display_rotation, probe_video
-from vlmforge.tasks.publish.media_check import media_problems
+from vlmforge.tasks.validate import media_problems
 
 
 def run(data: bytes, **kw: object) -> ImageResult:

@@ -27,8 +27,8 @@ from vlmforge.tasks.manifests import OutputLayout, read_table
 from vlmforge.tasks.ops.mix.output import format_mix, write_mix
 from vlmforge.tasks.ops.mix.plan import plan_mix
 from vlmforge.tasks.ops.mix.weights import parse_count, parse_weights, resolve_weights
-from vlmforge.tasks.publish.dataset_check import validate_blend
 from vlmforge.tasks.publish.publish import publish_subset
+from vlmforge.tasks.validate import validate_blend
 
 # Three subsets with different token lengths (means 200, 300, 600 with some spread) and one more
 # that the weights leave out. No images: the share test draws thousands of samples.

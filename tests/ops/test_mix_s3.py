@@ -22,7 +22,7 @@ from vlmforge.flows.cli import tokens as cli_tokens
 from vlmforge.tasks.manifests import OutputLayout
 from vlmforge.tasks.ops.mix.output import write_mix
 from vlmforge.tasks.ops.query import run_query
-from vlmforge.tasks.publish import validate_output
+from vlmforge.tasks.validate import validate_output
 
 pytestmark = pytest.mark.slow  # a service (Ray, a Prefect server or an S3 server) of its own
 

@@ -23,9 +23,7 @@ from vlmforge.energon import ChatSample
 from vlmforge.schemas.config import RunConfig
 from vlmforge.schemas.stage_options import BatchWork
 from vlmforge.tasks.manifests import OutputLayout, read_table
-from vlmforge.tasks.publish.check_report import format_reports
 from vlmforge.tasks.publish.dataset import write_energon_dataset
-from vlmforge.tasks.publish.dataset_check import validate_output
 from vlmforge.tasks.publish.formats import DEFAULT_FORMAT, FORMATS, format_of_dataset
 from vlmforge.tasks.publish.formats.chatml import DATASET_YAML, READ_CONFIG, BridgeFormat
 from vlmforge.tasks.publish.formats.chatml_read import BridgePartsEncoder, cook_bridge_parts
@@ -38,6 +36,7 @@ from vlmforge.tasks.publish.formats.pickled import (
 )
 from vlmforge.tasks.publish.listing import read_manifest
 from vlmforge.tasks.publish.samples import MediaPart, ShardSample
+from vlmforge.tasks.validate import format_reports, validate_output
 
 # ------------------------------------------------------------------------------------------------ pickles
 

@@ -13,9 +13,10 @@ from published_fixture import SubsetSpec, write_manifests
 
 from vlmforge.tasks.catalog import unpublish_subset
 from vlmforge.tasks.manifests import OutputLayout
-from vlmforge.tasks.publish import published_subsets, validate_output
+from vlmforge.tasks.publish import published_subsets
 from vlmforge.tasks.publish.publish import publish_metadataset, publish_subset
 from vlmforge.tasks.publish.remote_copy import local_energon
+from vlmforge.tasks.validate import validate_output
 
 pytestmark = pytest.mark.slow  # a service (Ray, a Prefect server or an S3 server) of its own
 

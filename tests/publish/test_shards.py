@@ -38,9 +38,9 @@ from vlmforge.tasks.publish.formats.crude import DATASET_YAML
 from vlmforge.tasks.publish.journal import JOURNAL_NAME
 from vlmforge.tasks.publish.listing import MANIFEST_NAME, expected_keys
 from vlmforge.tasks.publish.metadataset import PSI_CONFIGS, ensure_dataset_config, write_metadataset
-from vlmforge.tasks.publish.readback import validate_energon_dataset
 from vlmforge.tasks.publish.rolling import parse_size
 from vlmforge.tasks.publish.samples import DuplicateKeyError, MediaPart, ShardSample
+from vlmforge.tasks.validate import validate_energon_dataset
 
 W, H = 32, 24
 

@@ -21,10 +21,9 @@ from vlmforge.energon import COOKERS, ChatSample
 from vlmforge.flows.cli.energon import register
 from vlmforge.schemas.sample_keys import sanitize_key
 from vlmforge.tasks.manifests import OutputLayout, read_table, write_part
-from vlmforge.tasks.publish.check_report import format_reports
-from vlmforge.tasks.publish.dataset_check import validate_blend, validate_output, validate_subset
 from vlmforge.tasks.publish.listing import MANIFEST_NAME, read_manifest
 from vlmforge.tasks.publish.publish import publish_subset
+from vlmforge.tasks.validate import format_reports, validate_blend, validate_output, validate_subset
 
 W, H = 16, 12
 
@@ -250,7 +249,7 @@ def test_the_read_back_finds_each_samples_promise_however_keys_are_looked_up(
 ) -> None:
     """A few keys are looked up by scanning the key column, a full read-back through a dict built once
     (``_SCANNED_LOOKUPS``): either way each sample is compared with its own row of the manifest."""
-    import vlmforge.tasks.publish.dataset_check as validate
+    import vlmforge.tasks.validate.dataset_check as validate
 
     monkeypatch.setattr(validate, "_SCANNED_LOOKUPS", scanned)
     out = build_out(tmp_path / "out", [SPECS[0]])
@@ -288,7 +287,7 @@ def test_a_listing_with_a_key_that_is_not_a_string_is_reported_not_raised(tmp_pa
 def test_text_only_samples_validate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scanned: int) -> None:
     """A sample with no media has no row in the ``media`` table: the read-back expects no parts for it
     (a text-only subset, the commonest kind in the release, once failed every read-back here)."""
-    import vlmforge.tasks.publish.dataset_check as validate
+    import vlmforge.tasks.validate.dataset_check as validate
 
     monkeypatch.setattr(validate, "_SCANNED_LOOKUPS", scanned)
     out = build_out(tmp_path / "out", [SubsetSpec("gamma", 5, images=0, val_every=5)])

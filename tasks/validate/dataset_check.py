@@ -5,7 +5,7 @@ ok keys per split in line order, their shard and token counts; ``media``: the pa
 ``<index>.<out_ext>``; ``shards``: names, sizes and sha256 of the tars), read each dataset back
 (:func:`~.readback.validate_energon_dataset`), and also check the files on disk and every MetadatasetV2
 yaml under ``energon/`` (leaves exist, are prepared, have the split they are loaded with and their
-``dataset_config``). :func:`~.report.format_reports` renders the result for people.
+``dataset_config``). :func:`~.check_report.format_reports` renders the result for people.
 """
 
 from __future__ import annotations
@@ -22,12 +22,19 @@ import yaml
 from ..errors import OutputError
 from ..manifests import OutputLayout, read_table
 from ..media import frame_part_names
+from ..publish import (
+    MANIFEST_NAME,
+    dataset_copy,
+    dataset_splits,
+    energon_view,
+    file_sha256,
+    listing_table,
+    published_subsets,
+    read_manifest,
+    shards_of,
+)
 from .check_report import ValidationReport, listed
-from .listing import MANIFEST_NAME, listing_table, published_subsets, read_manifest, shards_of
-from .metadataset import dataset_splits
 from .readback import validate_energon_dataset
-from .remote_copy import dataset_copy, energon_view
-from .tar import file_sha256
 
 __all__ = ["validate_blend", "validate_output", "validate_subset"]
 

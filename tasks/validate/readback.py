@@ -6,10 +6,11 @@ order), optionally expected media parts and token counts per key:
 * the ``.nv-meta`` index is consistent (:mod:`.index_check`) and the ``.info.json`` total of each split
   equals the number of expected keys;
 * iterating ``get_val_dataset`` with the reader of the dataset's format (``ChatTaskEncoder`` for crude;
-  for bridge our own parts reader, :mod:`.formats.chatml_read`, no megatron.bridge needed) yields exactly
-  the expected keys (in order when ``num_workers <= 1``), each as a :class:`~vlmforge.energon.ChatSample`
-  with the expected media parts and the expected ``vlmforge`` block in its json part, with no sample-level
-  errors (collected through a ``global_error_handler`` that also works inside worker processes);
+  for bridge our own parts reader, :mod:`vlmforge.tasks.publish.formats.chatml_read`, no megatron.bridge
+  needed) yields exactly the expected keys (in order when ``num_workers <= 1``), each as a
+  :class:`~vlmforge.energon.ChatSample` with the expected media parts and the expected ``vlmforge`` block in
+  its json part, with no sample-level errors (collected through a ``global_error_handler`` that also works
+  inside worker processes);
 * every media part of the samples read decodes as a trainer decodes it (:mod:`.media_check`: Pillow's full
   load of an image, PyAV's decode of a video's sampled frames; the media stage's own definition).
 
@@ -30,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..publish import format_of_dataset
 from .check_report import ValidationReport, listed
-from .formats import format_of_dataset
 from .index_check import check_index
 from .media_check import media_problems
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..media import PART_CHECKS, part_problem
-from .prepare import INDEX_SQLITE, META
+from ..publish import INDEX_SQLITE, META
 
 __all__ = ["media_problems"]
 
