@@ -21,7 +21,8 @@ from ...schemas.config import RunConfig
 from ...schemas.estimate_rows import ESTIMATES, EstimateRow
 from ...schemas.recipes import Recipe
 from ..catalog import catalog_release, check_ready, find_recipe
-from ..fetch import DEFAULT_PROBE_SAMPLE, HttpClient, HttpOptions, SizingContext, bind_environment
+from ..fetch import DEFAULT_PROBE_SAMPLE, SizingContext, bind_environment
+from ..http import HttpClient, HttpOptions
 from ..manifests import OutputLayout
 from ..storage import ContentStore, atomic_write_bytes
 from .disk import DEFAULT, DiskRatios, previous_ratios, sampled_ratios
