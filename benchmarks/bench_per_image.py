@@ -84,8 +84,8 @@ def profile_phases(urls: list[str], decode: str, store_dir: Path, clock: Clock) 
     """Phase 1 (see the module docstring): every phase of every image, timed on its own."""
     from PIL import Image
 
-    from vlmforge.tasks.fetch.client import HttpClient
     from vlmforge.tasks.geometry import geometry_of
+    from vlmforge.tasks.http import HttpClient
     from vlmforge.tasks.media.colour import apply_icc, normalise_mode
     from vlmforge.tasks.media.decode import open_header
     from vlmforge.tasks.media.encode import choose_output, encode

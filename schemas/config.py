@@ -164,7 +164,7 @@ class FetchOptions(_Options):
         json_schema_extra=flag("--env-allow", metavar="NAME"),
     )
 
-    # None: vlmforge's own (tasks/fetch/opt_out.py: DEFAULT_USER_AGENT). Its first word is the token an
+    # None: vlmforge's own (tasks/http/opt_out.py: DEFAULT_USER_AGENT). Its first word is the token an
     # ``X-Robots-Tag: <token>: noai`` names.
     user_agent: str | None = Field(
         default=None,

@@ -151,7 +151,7 @@ REASONS: Final[dict[str, Reason]] = {
         },
     ),
     # ------------------------------------------------------------------ one upstream object (fetch)
-    # ``media.fetch_status`` classes (tasks/fetch/failures.py). ``truncated`` is shared with the media level
+    # ``media.fetch_status`` classes (tasks/http/failures.py). ``truncated`` is shared with the media level
     # above (a body cut short upstream, or a file ending early): one code, one entry.
     **_entries(
         "fetch",

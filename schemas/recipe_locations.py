@@ -1,6 +1,6 @@
 """Which locations a recipe may name: the URL schemes of an ``archive`` url and a ``local`` root, no fsspec
 chaining. Checked when a recipe is read (``schemas/recipes.py``); the addresses and folders are judged by the
-fetch stage's policy (``tasks/fetch/policy.py``)."""
+fetch stage's policy (``tasks/http/policy.py``)."""
 
 from __future__ import annotations
 

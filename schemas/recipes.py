@@ -106,7 +106,7 @@ def ref_variables(ref: str, match: Pattern | None) -> dict[str, str] | None:
     return variables
 
 
-# Where an upstream's redirects may lead (tasks/fetch/redirects.py): same_host (default), any_public_host
+# Where an upstream's redirects may lead (tasks/http/redirects.py): same_host (default), any_public_host
 # (never to loopback, private or link-local addresses unless the recipe's URL names one), any_host.
 # Whatever the policy, only http(s), never https -> http.
 RedirectPolicy = Literal["same_host", "any_public_host", "any_host"]

@@ -85,7 +85,7 @@ class MediaRow:
     visual_tokens: int | None = None
     # Added columns: the fetch stage's outcome (null when the reference resolved locally, no recipe).
     upstream: str | None = None  # where the bytes came from (URL, s3://, archive URL#member, path)
-    fetch_status: str | None = None  # ok | a failure class (tasks/fetch/failures.py)
+    fetch_status: str | None = None  # ok | a failure class (tasks/http/failures.py)
     fetch_detail: str | None = None  # what failed, readable
     frame_indices: list[Int32] | None = None  # video: the frames the token count assumes
     # --video-mode frames: one stored image per sampled frame (out_sha256 names their list object).

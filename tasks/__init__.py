@@ -1,13 +1,13 @@
 """The stage functions: plain functions, no Prefect and no Ray (``flows/`` wraps them).
 
 Two orders, each declared once: :data:`STAGES` is the order data moves in (a run stages a public set, catalogs
-the release, then each batch parses, fetches, sizes, verifies and counts, and the gate, publish, validate
-and ops follow); :data:`IMPORT_ORDER` is the order stages may import each other: a stage imports only the
-front doors (package ``__init__``) of the stages before it there, and the shared modules (:data:`SHARED`,
-and ``schemas``). They differ where a stage reuses a later one's tools: ``staging`` reads archives with the
-fetch stage's readers and sniffs media with the media stage's, so it comes after them in the import order;
-the ``estimate`` sizes a run before it starts with every stage's own code (and reads earlier outputs through
-``ops``), so it comes last.
+the release, then each batch parses, fetches, sizes, verifies and counts, and the gate, publish, validate and
+ops follow); :data:`IMPORT_ORDER` is the order stages may import each other: a stage imports only the front
+doors (package ``__init__``) of the stages before it there, and the shared modules (:data:`SHARED`, and
+``schemas``). They differ where a stage reuses a later one's tools: ``staging`` reads archives with the
+``archives`` stage's readers and sniffs media with the media stage's, so it comes after them in the import
+order; the ``estimate`` sizes a run before it starts with every stage's own code (and reads earlier outputs
+through ``ops``), so it comes last.
 ``tests/test_layout.py`` enforces the import order and that both list the same stages.
 """
 
@@ -18,6 +18,8 @@ STAGES = (
     "catalog",  # what a release holds, before any media work
     "estimate",  # what a run of it will fetch, store and take (catalog --estimate, the run's disk check)
     "parse",  # JSONL lines to normalised records or rejects
+    "http",  # the polite, bounded HTTP client fetch goes through, and the failure classes of a fetch
+    "archives",  # zip and tar read by ranges or streamed: fetch serves members from them, staging sets too
     "fetch",  # media bytes from wherever they live into the content store
     "geometry",  # the target model's geometry: resize rule, frames, visual tokens per media item
     "media",  # verify, orient, convert and resize what was fetched
@@ -33,11 +35,13 @@ IMPORT_ORDER = (
     "sample_release",  # writes files only: imports no stage
     "catalog",
     "parse",
+    "http",  # imports no stage
+    "archives",  # after http (range requests, failure classes) and parse (member names as references)
     "fetch",
     "geometry",  # before media: media sizes what it stores by it
     "media",
     "tokens",
-    "staging",  # after fetch and media: their archive readers and media sniffer
+    "staging",  # after archives and media: their archive readers and media sniffer
     "batch",
     "gate",
     "publish",

@@ -21,7 +21,8 @@ from ...schemas.config import RunConfig
 from ...schemas.estimate_rows import ESTIMATES, EstimateRow
 from ...schemas.recipes import Recipe
 from ..catalog import catalog_release, check_ready, find_recipe
-from ..fetch import DEFAULT_PROBE_SAMPLE, HttpClient, HttpOptions, SizingContext, bind_environment
+from ..fetch import DEFAULT_PROBE_SAMPLE, SizingContext, bind_environment
+from ..http import HttpClient, HttpOptions
 from ..manifests import OutputLayout
 from ..storage import ContentStore, atomic_write_bytes
 from .disk import DEFAULT, DiskRatios, previous_ratios, sampled_ratios
@@ -72,7 +73,7 @@ class Estimate:
 
 def run_recipe(subset: str, cfg: RunConfig) -> Recipe:
     """The sources the run uses for ``subset``: its recipe when it names a remote source (the fetch stage),
-    else the media roots then the release (what :class:`~vlmforge.tasks.fetch.release.MediaResolver` does,
+    else the media roots then the release (what :mod:`vlmforge.tasks.fetch.release_media` does,
     which is :meth:`Recipe.default`)."""
     recipe = find_recipe(subset, cfg.media.catalogs)
     if recipe is not None and recipe.remote:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from ...schemas.recipe_match import MatchBudgetError
 from ...schemas.recipes import Recipe, ref_variables
-from ..fetch import MATCH_BUDGET, NO_SOURCE, SOURCES, Located, Miss, SizeAnswer, Sized, SizingContext
+from ..fetch import SOURCES, Located, Miss, SizeAnswer, Sized, SizingContext
+from ..http import MATCH_BUDGET, NO_SOURCE
 from ..parse import normalize_ref, unsafe_ref_reason
 
 

@@ -26,11 +26,10 @@ from ...schemas.recipe_match import MatchBudgetError
 from ...schemas.recipes import Recipe, ref_variables
 from ..catalog import check_ready
 from ..errors import ConfigError
+from ..http import MATCH_BUDGET, NO_SOURCE, NOT_FOUND, TIMEOUT, FetchError, HttpClient, HttpOptions
 from ..parse import normalize_ref, unsafe_ref_reason
 from ..storage import ContentStore
 from .batch_state import BatchRun
-from .client import HttpClient, HttpOptions
-from .failures import MATCH_BUDGET, NO_SOURCE, NOT_FOUND, TIMEOUT, FetchError
 from .options import FetchContext, FetchKnobs
 from .outcomes import FetchOutcome, FetchResult, FetchStats, Located, final_failure
 from .recipe_env import bind_environment

@@ -15,8 +15,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TypeVar
 from urllib.parse import urlsplit
 
-from .client import HttpClient
-from .failures import TIMEOUT, FetchError
+from ..http import TIMEOUT, FetchError, HttpClient
 from .options import FetchContext, FetchKnobs
 from .outcomes import FetchOutcome
 from .store_writes import StoreWriter

@@ -16,10 +16,9 @@ from fsspec import AbstractFileSystem
 
 from ...schemas.recipes import UnsetVariable
 from ...schemas.redact import redact
+from ..http import SOURCE_ERROR, TIMEOUT, TOO_LARGE, TRUNCATED, FetchError, classify_fs_error, retry_call
 from .batch_state import BatchRun
-from .failures import SOURCE_ERROR, TIMEOUT, TOO_LARGE, TRUNCATED, FetchError, classify_fs_error
 from .outcomes import Answer, Answers, FetchOutcome, Located
-from .retry import retry_call
 from .store_writes import StoreSink
 
 READ_CHUNK = 1024 * 1024

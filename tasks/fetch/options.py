@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...schemas.config import FetchOptions
-from .client import HttpOptions
-from .opt_out import DISALLOWED_DIRECTIVES
+from ..http import DISALLOWED_DIRECTIVES, HttpOptions
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 from ...schemas.reasons import reason
 from ...schemas.redact import redact_url
-from .failures import NO_SOURCE, TRANSIENT, UNSAFE_MEMBER, FetchError
+from ..http import NO_SOURCE, TRANSIENT, UNSAFE_MEMBER, FetchError
 
 
 @dataclass(frozen=True, slots=True)

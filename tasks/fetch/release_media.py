@@ -44,12 +44,19 @@ from typing import Any
 from fsspec import AbstractFileSystem
 
 from ...schemas.reasons import REASONS, reason
+from ..archives import (
+    IndexDeadline,
+    claims_past_end,
+    normalize_member,
+    past_end_text,
+    real_size,
+    seek_members,
+    tar_member_problem,
+)
+from ..http import NOT_FOUND, SOURCE_ERROR, TIMEOUT, TRUNCATED, UNSAFE_MEMBER
 from ..parse import normalize_ref, unsafe_ref_reason
 from ..storage import is_local, url_to_fs
-from .archive_members import normalize_member, tar_member_problem
-from .failures import NOT_FOUND, SOURCE_ERROR, TIMEOUT, TRUNCATED, UNSAFE_MEMBER
 from .outcomes import LocalLocation
-from .tar_index import IndexDeadline, claims_past_end, past_end_text, real_size, seek_members
 
 
 class MissingMedia(Exception):

@@ -17,13 +17,20 @@ from typing import Any
 from fsspec import AbstractFileSystem
 
 from ...schemas.redact import redact
+from ..archives import ZipIndex, read_zip_index
+from ..http import (
+    BAD_ARCHIVE,
+    HTTP_404,
+    NOT_FOUND,
+    SOURCE_ERROR,
+    FetchError,
+    HttpClient,
+    classify_fs_error,
+    retry_call,
+)
 from ..storage import ContentStore
-from .client import HttpClient
-from .failures import BAD_ARCHIVE, HTTP_404, NOT_FOUND, SOURCE_ERROR, FetchError, classify_fs_error
 from .release_media import ReleaseMedia
-from .retry import retry_call
 from .zip_fetch import range_source
-from .zip_format import ZipIndex, read_zip_index
 
 LIST_FROM = 16  # keys of one folder from which a listing is cheaper than one metadata request per key
 

@@ -24,9 +24,8 @@ from typing import Any
 from ...schemas.recipes import UnsetVariable
 from ...schemas.records import SubsetEntry
 from ...schemas.redact import redact
+from ..http import SOURCE_ERROR, FetchError, HttpClient
 from ..storage import ContentStore
-from .client import HttpClient
-from .failures import SOURCE_ERROR, FetchError
 from .outcomes import Located
 from .size_probes import fs_sizes
 

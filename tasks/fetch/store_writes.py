@@ -35,8 +35,8 @@ from collections.abc import Mapping
 from typing import BinaryIO
 
 from ...schemas.redact import redact
+from ..http import HASH_MISMATCH, FetchError
 from ..storage import ContentStore
-from .failures import HASH_MISMATCH, FetchError
 from .outcomes import Answer, FetchOutcome, HeldPool
 
 #: bytes of fetched objects a batch's outcomes may hold for the media step at once (see HeldPool)

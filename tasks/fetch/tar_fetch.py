@@ -12,13 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...schemas.recipes import ArchiveSource
+from ..archives import HashingReader, iter_tar
+from ..http import HASH_MISMATCH, NOT_IN_ARCHIVE, SOURCE_ERROR, FetchError, classify_fs_error, stream
 from ..storage import url_to_fs
 from .batch_state import BatchRun
-from .failures import HASH_MISMATCH, NOT_IN_ARCHIVE, SOURCE_ERROR, FetchError, classify_fs_error
 from .outcomes import Answers, FetchOutcome
-from .resumable import stream
 from .store_writes import StoreSink
-from .tar_format import HashingReader, iter_tar
 
 READ_CHUNK = 1024 * 1024
 

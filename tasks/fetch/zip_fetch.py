@@ -8,14 +8,22 @@ import threading
 from typing import Any
 
 from ...schemas.redact import redact
+from ..archives import (
+    FsRangeSource,
+    HttpRangeSource,
+    RangeSource,
+    ZipEntry,
+    ZipIndex,
+    check_zip_entry,
+    normalize_member,
+    plan_ranges,
+    read_zip_group,
+    read_zip_index,
+)
+from ..http import FetchError, HttpClient
 from ..storage import ContentStore, url_to_fs
-from .archive_members import normalize_member
 from .batch_state import BatchRun
-from .client import HttpClient
-from .failures import FetchError
 from .outcomes import Answer, Answers
-from .ranges import FsRangeSource, HttpRangeSource, RangeSource
-from .zip_format import ZipEntry, ZipIndex, check_zip_entry, plan_ranges, read_zip_group, read_zip_index
 
 # Keyed by the store as well as the URL: a process may serve runs into several stores (the local executor's
 # driver, a test session), and a central directory found in memory would never be recorded in the next one

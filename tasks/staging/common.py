@@ -17,8 +17,8 @@ from typing import Any, Final
 from fsspec import AbstractFileSystem
 
 from ...schemas.records import STAGED_ERROR
+from ..archives import normalize_member
 from ..errors import ReleaseError
-from ..fetch import normalize_member
 from ..media import image_magic
 from ..storage import ContentStore, sha256_bytes
 from .store_refs import store_ref

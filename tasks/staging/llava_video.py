@@ -14,7 +14,8 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
-from ..fetch import FetchError, iter_tar, normalize_member
+from ..archives import iter_tar, normalize_member
+from ..http import FetchError
 from .common import (
     MAX_MEDIA_BYTES,
     READ_CHUNK,

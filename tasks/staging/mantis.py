@@ -14,8 +14,7 @@ from typing import Any
 
 from fsspec import AbstractFileSystem
 
-from ..fetch import (
-    FetchError,
+from ..archives import (
     FsRangeSource,
     ZipEntry,
     ZipIndex,
@@ -25,6 +24,7 @@ from ..fetch import (
     read_zip_group,
     read_zip_index,
 )
+from ..http import FetchError
 from .common import (
     MAX_MEDIA_BYTES,
     LayoutConfig,

@@ -21,10 +21,10 @@ from vlmforge.tasks.catalog.release_catalog import catalog_release
 from vlmforge.tasks.estimate.hours import Rates, parse_bandwidth, run_hours
 from vlmforge.tasks.estimate.references import subset_references
 from vlmforge.tasks.estimate.sizes import size_references
-from vlmforge.tasks.fetch.client import HttpClient, HttpOptions
 from vlmforge.tasks.fetch.release_media import ReleaseMedia
 from vlmforge.tasks.fetch.size_probes import IndexedReleaseMedia, http_size
 from vlmforge.tasks.fetch.sizing import Miss, Sized, SizingContext
+from vlmforge.tasks.http.client import HttpClient, HttpOptions
 
 BODY = bytes(range(256)) * 40
 

@@ -15,13 +15,13 @@ import pytest
 from http_fixture import Fault, HttpFixture
 
 from vlmforge.schemas.recipes import Recipe, parse_recipe
+from vlmforge.tasks.archives.archive_members import normalize_member, unsafe_member_reason
+from vlmforge.tasks.archives.zip_format import plan_ranges
 from vlmforge.tasks.fetch.acquire import fetch_batch, read_outcome
-from vlmforge.tasks.fetch.archive_members import normalize_member, unsafe_member_reason
-from vlmforge.tasks.fetch.client import HttpClient, HttpOptions
 from vlmforge.tasks.fetch.options import FetchKnobs
 from vlmforge.tasks.fetch.outcomes import FetchResult
 from vlmforge.tasks.fetch.zip_fetch import forget_zip_indexes
-from vlmforge.tasks.fetch.zip_format import plan_ranges
+from vlmforge.tasks.http.client import HttpClient, HttpOptions
 from vlmforge.tasks.storage import ContentStore
 
 OPTS = FetchKnobs(concurrency=4, http=HttpOptions(backoff_base=0.01, retries=1, seed=0))
@@ -263,7 +263,7 @@ def test_member_helpers() -> None:
 
 
 def test_plan_ranges_coalesces_neighbours() -> None:
-    from vlmforge.tasks.fetch.zip_format import ZipEntry
+    from vlmforge.tasks.archives.zip_format import ZipEntry
 
     def e(off: int) -> ZipEntry:
         return ZipEntry("x", off, 1000, 1000, 0, 0, 0, 0, 1, 0)

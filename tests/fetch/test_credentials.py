@@ -12,11 +12,11 @@ from http_fixture import Fault, HttpFixture
 from vlmforge.schemas.recipes import parse_recipe
 from vlmforge.schemas.redact import redact, register_secret
 from vlmforge.tasks.fetch.acquire import fetch_batch
-from vlmforge.tasks.fetch.client import HttpClient, HttpOptions
-from vlmforge.tasks.fetch.failures import SOURCE_ERROR, FetchError
 from vlmforge.tasks.fetch.options import FetchContext
 from vlmforge.tasks.fetch.outcomes import outcome_columns
-from vlmforge.tasks.fetch.redirects import redirect_refusal, same_origin
+from vlmforge.tasks.http.client import HttpClient, HttpOptions
+from vlmforge.tasks.http.failures import SOURCE_ERROR, FetchError
+from vlmforge.tasks.http.redirects import redirect_refusal, same_origin
 from vlmforge.tasks.storage import ContentStore
 
 JPEG = b"\xff\xd8\xff\xe0 a jpeg"

@@ -20,9 +20,9 @@ from vlmforge.schemas.recipes import Recipe, parse_recipe
 from vlmforge.schemas.tables import MEDIA_FETCH_FIELDS
 from vlmforge.tasks.catalog.recipe_files import RecipeError
 from vlmforge.tasks.fetch.acquire import FetchStream, fetch_batch, read_outcome
-from vlmforge.tasks.fetch.client import HttpClient, HttpOptions
 from vlmforge.tasks.fetch.options import FetchContext, FetchKnobs
 from vlmforge.tasks.fetch.outcomes import FAILED_REFS_SQL, FetchStats, outcome_columns
+from vlmforge.tasks.http.client import HttpClient, HttpOptions
 from vlmforge.tasks.storage import ContentStore
 
 HTTP = HttpOptions(backoff_base=0.01, backoff_max=0.02, retries=1, seed=0)

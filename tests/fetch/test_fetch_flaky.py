@@ -21,10 +21,10 @@ from http_fixture import Fault, Flaky, HttpFixture
 
 from vlmforge.schemas.recipes import Recipe, parse_recipe
 from vlmforge.tasks.fetch.acquire import fetch_batch, read_outcome
-from vlmforge.tasks.fetch.client import HttpClient, HttpOptions
-from vlmforge.tasks.fetch.failures import FAILURE_CLASSES
 from vlmforge.tasks.fetch.options import FetchKnobs
 from vlmforge.tasks.fetch.outcomes import FetchResult
+from vlmforge.tasks.http.client import HttpClient, HttpOptions
+from vlmforge.tasks.http.failures import FAILURE_CLASSES
 from vlmforge.tasks.storage import ContentStore
 
 FIGURES: dict[str, dict[str, Any]] = {}

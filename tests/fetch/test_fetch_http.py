@@ -10,8 +10,8 @@ from email.utils import formatdate
 import pytest
 from http_fixture import Fault, HttpFixture
 
-from vlmforge.tasks.fetch.client import HttpClient, HttpOptions, StaticResolver
-from vlmforge.tasks.fetch.failures import (
+from vlmforge.tasks.http.client import HttpClient, HttpOptions, StaticResolver
+from vlmforge.tasks.http.failures import (
     CIRCUIT_OPEN,
     DNS_ERROR,
     HTML_PAGE,
@@ -25,8 +25,8 @@ from vlmforge.tasks.fetch.failures import (
     FetchError,
     looks_like_html,
 )
-from vlmforge.tasks.fetch.resumable import stream
-from vlmforge.tasks.fetch.retry import parse_retry_after
+from vlmforge.tasks.http.resumable import stream
+from vlmforge.tasks.http.retry import parse_retry_after
 
 JPEG = b"\xff\xd8\xff\xe0" + bytes(range(256)) * 40  # starts like a JPEG; content does not matter here
 

@@ -20,7 +20,7 @@ SCRIPT = r"""
 import json, sys
 from vlmforge.schemas.recipes import parse_recipe
 from vlmforge.tasks.fetch.acquire import fetch_batch
-from vlmforge.tasks.fetch.client import HttpOptions
+from vlmforge.tasks.http.client import HttpOptions
 from vlmforge.tasks.fetch.options import FetchKnobs
 from vlmforge.tasks.fetch.outcomes import outcome_columns
 from vlmforge.tasks.storage import ContentStore, atomic_write_text

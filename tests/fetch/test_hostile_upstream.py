@@ -16,10 +16,10 @@ from drip_server import JPEG, DripServer
 
 from vlmforge.schemas.recipes import parse_recipe
 from vlmforge.tasks.fetch.acquire import fetch_batch
-from vlmforge.tasks.fetch.client import HttpClient, HttpOptions, StaticResolver
-from vlmforge.tasks.fetch.failures import SOURCE_ERROR, TIMEOUT, FetchError
 from vlmforge.tasks.fetch.options import FetchKnobs
-from vlmforge.tasks.fetch.redirects import redirect_refusal
+from vlmforge.tasks.http.client import HttpClient, HttpOptions, StaticResolver
+from vlmforge.tasks.http.failures import SOURCE_ERROR, TIMEOUT, FetchError
+from vlmforge.tasks.http.redirects import redirect_refusal
 from vlmforge.tasks.storage import ContentStore
 
 REQUEST_TIMEOUT = 2.0

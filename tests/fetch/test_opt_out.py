@@ -15,9 +15,9 @@ from http_fixture import Fault, HttpFixture
 from PIL import Image
 
 from vlmforge.schemas.config import RunConfig
-from vlmforge.tasks.fetch.client import HttpClient, HttpOptions
-from vlmforge.tasks.fetch.failures import OPTED_OUT, FetchError
-from vlmforge.tasks.fetch.opt_out import DEFAULT_USER_AGENT, DISALLOWED_DIRECTIVES, opted_out, robots_token
+from vlmforge.tasks.http.client import HttpClient, HttpOptions
+from vlmforge.tasks.http.failures import OPTED_OUT, FetchError
+from vlmforge.tasks.http.opt_out import DEFAULT_USER_AGENT, DISALLOWED_DIRECTIVES, opted_out, robots_token
 from vlmforge.tasks.manifests import OutputLayout, read_table
 
 SUBSET = "remote"

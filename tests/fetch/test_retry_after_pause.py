@@ -1,7 +1,7 @@
 """A host that answers one reference with 429 + ``Retry-After`` pauses the whole host; the batch's other
 references to that host that would wait past the batch deadline are not sent and end with the host's own
 answer (``http_429``, "not sent: ... asked every request to wait"), not as ``timeout``s of their own, and
-they do not count towards the host's circuit breaker (``tasks/fetch/hosts.py``)."""
+they do not count towards the host's circuit breaker (``tasks/http/hosts.py``)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from http_fixture import Fault, HttpFixture
 
 from vlmforge.schemas.recipes import parse_recipe
 from vlmforge.tasks.fetch.acquire import fetch_batch
-from vlmforge.tasks.fetch.client import HttpClient, HttpOptions
-from vlmforge.tasks.fetch.failures import FetchError
-from vlmforge.tasks.fetch.hosts import HostTable
 from vlmforge.tasks.fetch.options import FetchKnobs
+from vlmforge.tasks.http.client import HttpClient, HttpOptions
+from vlmforge.tasks.http.failures import FetchError
+from vlmforge.tasks.http.hosts import HostTable
 from vlmforge.tasks.storage import ContentStore
 
 

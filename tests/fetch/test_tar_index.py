@@ -1,4 +1,4 @@
-"""Release tars whose headers lie about a member's size (``tasks/fetch/tar_index.py``): the member table is
+"""Release tars whose headers lie about a member's size (``tasks/archives/tar_index.py``): the member table is
 read by seeking, a member claiming more than the tar holds is a ``truncated`` miss of its own reference
 (found while indexing, never read), the members before it are served, every read is bounded by the file's
 real size, and a batch deadline stops indexing (its misses are ``timeout``)."""
@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from vlmforge.schemas.recipes import parse_recipe
+from vlmforge.tasks.archives.tar_index import IndexDeadline, claims_past_end, seek_members
 from vlmforge.tasks.fetch.acquire import fetch_batch
 from vlmforge.tasks.fetch.options import FetchContext
 from vlmforge.tasks.fetch.outcomes import LocalLocation
 from vlmforge.tasks.fetch.release_media import MediaResolver, MissingMedia, read_location
-from vlmforge.tasks.fetch.tar_index import IndexDeadline, claims_past_end, seek_members
 from vlmforge.tasks.storage import ContentStore
 
 GB = 1024**3

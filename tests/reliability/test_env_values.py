@@ -125,9 +125,9 @@ def test_a_token_header_goes_to_its_own_host_only(
     srv: HttpFixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from vlmforge.tasks.fetch.acquire import fetch_batch
-    from vlmforge.tasks.fetch.client import HttpClient, HttpOptions, StaticResolver
     from vlmforge.tasks.fetch.options import FetchContext
     from vlmforge.tasks.fetch.outcomes import outcome_columns
+    from vlmforge.tasks.http.client import HttpClient, HttpOptions, StaticResolver
     from vlmforge.tasks.storage import ContentStore
 
     token = "PLANTEDtok3n" + "x" * 12
@@ -164,7 +164,7 @@ def test_a_token_header_goes_to_its_own_host_only(
 
 def test_an_unexpanded_header_or_storage_option_skips_its_source(tmp_path: Path) -> None:
     from vlmforge.tasks.fetch.acquire import fetch_batch
-    from vlmforge.tasks.fetch.client import HttpClient, HttpOptions
+    from vlmforge.tasks.http.client import HttpClient, HttpOptions
     from vlmforge.tasks.storage import ContentStore
 
     store = ContentStore(str(tmp_path / "store"))

@@ -32,12 +32,12 @@ from PIL import Image
 
 from vlmforge.schemas.recipes import Recipe, parse_recipe
 from vlmforge.schemas.records import Record, Reject
+from vlmforge.tasks.archives.tar_format import iter_tar
 from vlmforge.tasks.catalog.release_catalog import catalog_release
 from vlmforge.tasks.fetch.acquire import fetch_batch
-from vlmforge.tasks.fetch.failures import FAILURE_CLASSES, FetchError
 from vlmforge.tasks.fetch.options import FetchContext, FetchKnobs
 from vlmforge.tasks.fetch.release_media import MediaResolver, MissingMedia
-from vlmforge.tasks.fetch.tar_format import iter_tar
+from vlmforge.tasks.http.failures import FAILURE_CLASSES, FetchError
 from vlmforge.tasks.media.image import IMAGE_REASONS, ImageResult, process_image
 from vlmforge.tasks.media.video import VIDEO_REASONS, probe_video
 from vlmforge.tasks.parse.jsonl_batch import parse_batch, parse_line

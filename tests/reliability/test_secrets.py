@@ -22,10 +22,10 @@ from vlmforge.tasks.catalog.release_catalog import catalog_release
 from vlmforge.tasks.catalog.storage_options import parse_storage_options
 from vlmforge.tasks.errors import ReleaseError
 from vlmforge.tasks.fetch.acquire import fetch_batch
-from vlmforge.tasks.fetch.client import HttpClient, HttpOptions
-from vlmforge.tasks.fetch.failures import FetchError
 from vlmforge.tasks.fetch.options import FetchKnobs
 from vlmforge.tasks.fetch.outcomes import FetchResult
+from vlmforge.tasks.http.client import HttpClient, HttpOptions
+from vlmforge.tasks.http.failures import FetchError
 from vlmforge.tasks.storage import ContentStore
 
 SECRET = "PLANTED-s3cr3t-9f1c2e7a"

@@ -7,17 +7,15 @@ sizes are only bounded by it)."""
 from __future__ import annotations
 
 from ....schemas.recipes import ArchiveSource, UnsetVariable, check_expanded, fill
+from ...archives import ZipIndex, check_zip_entry, normalize_member
+from ...http import NOT_IN_ARCHIVE, SOURCE_ERROR, FetchError, check_url, classify_fs_error
 from ...storage import url_to_fs
-from ..archive_members import normalize_member
 from ..batch_state import BatchRun
-from ..failures import NOT_IN_ARCHIVE, SOURCE_ERROR, FetchError, classify_fs_error
 from ..outcomes import Answers, FetchOutcome, Located
-from ..policy import check_url
 from ..size_probes import file_size, http_size, zip_directory
 from ..sizing import Miss, SizeAnswer, Sized, SizingContext
 from ..tar_fetch import fetch_tar_members
 from ..zip_fetch import fetch_zip_members
-from ..zip_format import ZipIndex, check_zip_entry
 
 Wanted = dict[str, tuple[str, list[str]]]  # reference -> (member path, the archives that may hold it)
 ZIP_LOCAL_HEADER = 30  # bytes of a zip member's local header before its name and extra field

@@ -6,11 +6,10 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from ....schemas.recipes import HttpFilesSource, UnsetVariable, check_expanded, fill
+from ...http import SOURCE_ERROR, FetchError, check_url
 from ..batch_state import BatchRun
-from ..failures import SOURCE_ERROR, FetchError
 from ..objects import fetch_objects
 from ..outcomes import Answers, Located
-from ..policy import check_url
 from ..size_probes import http_size
 from ..sizing import SizeAnswer, SizingContext, locate_all, sampled
 from ..store_writes import StoreSink

@@ -6,11 +6,10 @@ from __future__ import annotations
 import os
 
 from ....schemas.recipes import LocalSource, UnsetVariable, check_expanded, fill
+from ...http import NOT_FOUND, SOURCE_ERROR, FetchError, check_local_root
 from ...storage import is_local, url_to_fs
 from ..batch_state import BatchRun
-from ..failures import NOT_FOUND, SOURCE_ERROR, FetchError
 from ..outcomes import Answer, Answers, FetchOutcome, LocalLocation, Located
-from ..policy import check_local_root
 from ..release_media import MissingMedia, file_in
 from ..size_probes import file_size
 from ..sizing import Miss, SizeAnswer, Sized, SizingContext

@@ -4,9 +4,9 @@ under the subset folder and ``media/``, then members of the media tars)."""
 from __future__ import annotations
 
 from ....schemas.recipes import ReleaseTarSource
+from ...http import NOT_FOUND, FetchError
 from ...storage import is_local
 from ..batch_state import BatchRun
-from ..failures import NOT_FOUND, FetchError
 from ..outcomes import Answers, FetchOutcome, Located
 from ..release_media import MissingMedia, ReleaseMedia
 from ..size_probes import IndexedReleaseMedia, file_size

@@ -18,8 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .archive_members import normalize_member, unsafe_member_reason
-from .failures import (
+from ..http import (
     BAD_ARCHIVE,
     HASH_MISMATCH,
     NOT_IN_ARCHIVE,
@@ -28,6 +27,7 @@ from .failures import (
     UNSAFE_MEMBER,
     FetchError,
 )
+from .archive_members import normalize_member, unsafe_member_reason
 from .ranges import RangeSource
 
 EOCD_SEARCH = 65_536 + 22  # the end-of-central-directory record sits in the last 64 KiB + 22 bytes

@@ -10,8 +10,7 @@ from typing import Protocol
 from fsspec import AbstractFileSystem
 
 from ...schemas.redact import redact
-from .client import HttpClient
-from .failures import BAD_ARCHIVE, TRUNCATED, FetchError
+from ..http import BAD_ARCHIVE, TRUNCATED, FetchError, HttpClient
 
 
 class RangeSource(Protocol):

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Literal
 
+from ..http import BAD_ARCHIVE, TOO_LARGE, TRUNCATED, UNSAFE_MEMBER, FetchError
 from .archive_members import normalize_member, tar_member_problem
-from .failures import BAD_ARCHIVE, TOO_LARGE, TRUNCATED, UNSAFE_MEMBER, FetchError
 
 #: Largest GNU long-name / long-link or pax extended header read (real ones are a few hundred bytes).
 MAX_TAR_HEADER_BYTES = 1024 * 1024

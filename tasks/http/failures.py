@@ -45,7 +45,7 @@ NOT_MEDIA = REASONS["not_media"].code  # JSON, text... where media was expected:
 NO_SOURCE = REASONS["no_source"].code  # no recipe source applies to the reference
 SOURCE_ERROR = REASONS["source_error"].code  # anything else a source raised, with its message
 MATCH_BUDGET = REASONS["match_budget"].code  # a source's match regex not run to its end on the reference
-OPTED_OUT = REASONS["opted_out"].code  # the server's X-Robots-Tag forbids the use (tasks/fetch/opt_out.py)
+OPTED_OUT = REASONS["opted_out"].code  # the server's X-Robots-Tag forbids the use (tasks/http/opt_out.py)
 
 FAILURE_CLASSES: tuple[str, ...] = (
     DNS_ERROR,
