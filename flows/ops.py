@@ -89,10 +89,10 @@ def catalog_task(
 ) -> list[SubsetEntry]:
     """Hashes, rows, license and sources of every subset (no media); each subset's recipe fingerprinted as
     a run finds it (the first of ``recipes``, then the shipped ones)."""
-    from ..tasks.catalog import catalog_release, with_recipe_fingerprints
+    from ..tasks.catalog import catalog_release
 
     folders = [recipes] if isinstance(recipes, str) else list(recipes or ())
-    return with_recipe_fingerprints(catalog_release(release, storage_options=storage_options), folders)
+    return catalog_release(release, storage_options=storage_options, recipe_dirs=folders)
 
 
 @task(name="unpublish", task_run_name="unpublish {subset}")

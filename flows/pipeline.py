@@ -23,9 +23,7 @@ from ..tasks.catalog import (
     catalog_columns,
     catalog_release,
     read_previous_catalog,
-    recipe_fingerprints_of,
     split_by_license,
-    with_recipe_fingerprints,
     write_subsets_row,
 )
 from ..tasks.gate import GateResult, load_overrides, record_run
@@ -82,18 +80,16 @@ def _outcome_columns(o: SubsetOutcome, cfg: RunConfig) -> dict[str, Any]:
 
 
 def _catalog(cfg: RunConfig) -> list[SubsetEntry]:
-    # unnamed subsets get their recipes' fingerprints once the catalog has listed them
-    entries = catalog_release(
+    return catalog_release(
         cfg.source.release,
         subsets=cfg.source.subsets,
         batch_lines=cfg.batches.batch_lines,
         storage_options=cfg.source.storage_options,
-        recipe_fingerprints=recipe_fingerprints_of(cfg.source.subsets, cfg.media.catalogs) or None,
+        recipe_dirs=cfg.media.catalogs,
         batch_media=cfg.batches.batch_media,
         min_batches=_window(_cluster_cpus(cfg)),  # a small release still gives every core work to the end
         limit=cfg.source.limit,
     )
-    return entries if cfg.source.subsets else with_recipe_fingerprints(entries, cfg.media.catalogs)
 
 
 @flow(

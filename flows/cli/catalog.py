@@ -67,15 +67,14 @@ def _catalog(
     storage_option: list[str] | None,
     recipes: list[str] | None,
 ) -> list[Any]:
-    from ...tasks.catalog import catalog_release, parse_storage_options, with_recipe_fingerprints
+    from ...tasks.catalog import catalog_release, parse_storage_options
 
-    entries = catalog_release(
+    return catalog_release(
         release,
         subsets=tuple(subsets or ()),
         storage_options=parse_storage_options(storage_option),
+        recipe_dirs=recipes or (),
     )
-    # each subset's recipe as a run finds it: the first of --recipes, then the shipped ones
-    return with_recipe_fingerprints(entries, recipes or ())
 
 
 def _sources(sources: tuple[str, ...], at_most: int = 3) -> str:

@@ -4,7 +4,6 @@ and what a refresh changes."""
 from __future__ import annotations
 
 from .recipe_files import RecipeError, builtin_catalog_dir, check_ready, find_recipe, load_recipe
-from .recipe_fingerprints import recipe_fingerprints_of, with_recipe_fingerprints
 from .recipe_init import draft_recipe
 from .refresh import (
     RefreshPlan,
@@ -41,13 +40,11 @@ __all__ = [
     "plan_refresh",
     "plan_release_refresh",
     "read_previous_catalog",
-    "recipe_fingerprints_of",
     "refresh_config",
     "release_revision",
     "split_by_license",
     "strip_bom",
     "unpublish_subset",
-    "with_recipe_fingerprints",
     "write_subsets_row",
     "wanted_subsets",
 ]

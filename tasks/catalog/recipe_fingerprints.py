@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -10,7 +9,6 @@ from typing import Any
 
 import orjson
 
-from ...schemas.records import SubsetEntry
 from .recipe_files import find_recipe
 
 
@@ -40,14 +38,3 @@ def recipe_fingerprints_of(subsets: Iterable[str], recipe_dirs: Sequence[str | P
     shipped recipes, that has one); subsets without a recipe are left out."""
     found = {s: find_recipe(s, recipe_dirs) for s in subsets}
     return {s: recipe_fingerprint(r) for s, r in found.items() if r is not None}
-
-
-def with_recipe_fingerprints(
-    entries: Sequence[SubsetEntry], recipe_dirs: Sequence[str | Path]
-) -> list[SubsetEntry]:
-    """``entries`` with the fingerprint of their media recipe, where one is found."""
-    prints = recipe_fingerprints_of([e.subset for e in entries], recipe_dirs)
-    return [
-        dataclasses.replace(e, media_recipe_sha256=prints[e.subset]) if e.subset in prints else e
-        for e in entries
-    ]

@@ -13,8 +13,9 @@ duplicates), ``licenses.py``, ``media_sources.py`` and ``revision.py``.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fsspec import AbstractFileSystem
@@ -27,6 +28,7 @@ from ..errors import ReleaseError
 from ..storage import is_local, url_to_fs
 from .licenses import detect_license
 from .media_sources import find_media_sources
+from .recipe_fingerprints import recipe_fingerprints_of
 from .revision import release_revision
 from .scan import scan_subset_jsonl
 
@@ -51,7 +53,7 @@ def catalog_release(
     subsets: Iterable[str] = (),
     batch_lines: int = DEFAULT_BATCH_LINES,
     storage_options: Mapping[str, Any] | None = None,
-    recipe_fingerprints: Mapping[str, str] | None = None,
+    recipe_dirs: Sequence[str | Path] = (),
     dedup: bool = True,
     batch_media: int | None = DEFAULT_BATCH_MEDIA,
     min_batches: int = 1,
@@ -60,12 +62,12 @@ def catalog_release(
     """Catalog every subset of ``release`` (or the named ones), without touching media.
 
     ``release`` is a folder or an fsspec URL; ``storage_options`` go to fsspec and are carried by every
-    entry. ``recipe_fingerprints`` (subset -> :func:`recipe_fingerprint` of its media recipe) lets a
-    refresh see a recipe change. Batches hold at most ``batch_lines`` lines and ``batch_media`` media
-    references (None: no media limit; both default to a run's), and the release is cut into at least
-    ``min_batches`` when it has the lines (``batch_plan.py``): each of its N subsets into at least
-    ``ceil(min_batches / N)``. With ``limit`` (a trial run) each subset's entry covers its first ``limit``
-    lines and counts the rest (``beyond_limit``).
+    entry. Each subset's media recipe, found as a run finds it (the first of ``recipe_dirs``, then the
+    shipped recipes), is fingerprinted into its entry, so a refresh sees a recipe change. Batches hold at
+    most ``batch_lines`` lines and ``batch_media`` media references (None: no media limit; both default to a
+    run's), and the release is cut into at least ``min_batches`` when it has the lines (``batch_plan.py``):
+    each of its N subsets into at least ``ceil(min_batches / N)``. With ``limit`` (a trial run) each
+    subset's entry covers its first ``limit`` lines and counts the rest (``beyond_limit``).
     """
     options = dict(storage_options or {})
     fs, root = _open_release(release, options)
@@ -80,7 +82,7 @@ def catalog_release(
         "release": release,
         "revision": release_revision(release, fs, root),
     }
-    recipes = dict(recipe_fingerprints or {})
+    recipes = recipe_fingerprints_of(names, recipe_dirs)
     # The split keeps every core busy to the end of a small run. Other subsets' batches do that as well as
     # a subset's own: 76 subsets each split for a 2-core window made ~300 batch tasks of a few rows each out
     # of 5,000 images (each a Prefect task run and three manifest parts), ~3 CPU-s a subset.
