@@ -23,8 +23,9 @@ one thread, one image after another, ``--max-pixels 1048576`` and the default mo
 Both measures run for each decoder of the resized JPEGs (``tasks/media/jpeg_fast_decode``): ``pillow``
 (Pillow's own decode alone) and ``turbo`` (the media step's: libjpeg-turbo through simplejpeg where its pixels
 are Pillow's), interleaved, ``--repeats`` times, the order swapped each repeat, so the machine's load falls on
-both alike. Figures are per image, averaged over the corpus (its size mix) and the repeats, and per size
-class; the last table sets the two decoders side by side, with each repeat's kernel CPU.
+both alike (the decode floor alternates the two image by image). Figures are per image, averaged over the
+corpus (its size mix) and the repeats, and per size class; the last table sets the two decoders side by side,
+with each repeat's kernel CPU.
 """
 
 from __future__ import annotations
@@ -210,31 +211,34 @@ def kernel(urls: list[str], decode: str, store_dir: Path) -> tuple[float, float,
     return time.process_time() - c0, time.perf_counter() - w0, ok
 
 
-def decode_floor(files: list[bytes], decode: str, clock: Clock) -> None:
-    """The decode alone, as the path decodes each image (in memory, nothing else), into phase "floor"."""
+def decode_floor(files: list[bytes], clock: Clock, rep: int) -> None:
+    """The decode alone, as the path decodes each image (in memory, nothing else), into phase "floor", by
+    both decoders image by image (the order swapped every image): load that comes and goes hits both."""
     from vlmforge.tasks.geometry import geometry_of
     from vlmforge.tasks.media.decode import open_header
     from vlmforge.tasks.media.jpeg_fast_decode import decode_resized_jpeg
     from vlmforge.tasks.media.orient import displayed_size, pending_orientation
 
-    geometry = geometry_of(_cfg(decode, "unused"))
+    geometry = geometry_of(_cfg("unused", "unused"))
     for i, data in enumerate(files):
         cls = bench_run._base_of(i)[0]
-        img = open_header(data, 256_000_000, False)
-        orientation = pending_orientation(img, None)
-        w, h = displayed_size(img.size, orientation)
-        t_h, t_w = geometry.stored_image_size(h, w)
-        if w * h <= geometry.max_pixels:
-            clock.time((decode, cls, "floor"), lambda img=img: (img.draft(img.mode, (1, 1)), img.load()))
-        else:
+        for decode in DECODERS if (i + rep) % 2 == 0 else DECODERS[::-1]:
+            img = open_header(data, 256_000_000, False)
+            orientation = pending_orientation(img, None)
+            w, h = displayed_size(img.size, orientation)
+            t_h, t_w = geometry.stored_image_size(h, w)
+            if w * h <= geometry.max_pixels:
+                clock.time((decode, cls, "floor"), lambda img=img: (img.draft(img.mode, (1, 1)), img.load()))
+                continue
             target = displayed_size((t_w, t_h), orientation)
-            clock.time(
-                (decode, cls, "floor"),
-                lambda img=img, t=target, data=data: (
-                    img.draft("RGB", t),
-                    decode_resized_jpeg(data, img, False),
-                ),
-            )
+            with resized_jpeg_decoders(decode):
+                clock.time(
+                    (decode, cls, "floor"),
+                    lambda img=img, t=target, data=data: (
+                        img.draft("RGB", t),
+                        decode_resized_jpeg(data, img, False),
+                    ),
+                )
 
 
 def _per_class(clock: Clock, decode: str, phase: str, counts: list[int]) -> list[float]:
@@ -288,7 +292,13 @@ def _side_by_side(
     print("\n### `pillow` -> `turbo`: CPU per image (ms)\n")
     print("| measure | " + " | ".join(CLASSES) + " | corpus mean |")
     print("|---|" + "--:|" * 4)
-    for label, phase in (("decode (phases)", "decode"), ("decode floor", "floor"), ("resize", "resize")):
+    for label, phase in (
+        ("decode floor (image by image)", "floor"),
+        ("decode (phases)", "decode"),
+        ("resize", "resize"),
+        ("encode", "encode"),
+        ("fetch", "fetch"),
+    ):
         cells = []
         for c in range(3):
             old, new = (_per_class(clock, d, phase, counts)[c] for d in DECODERS)
@@ -326,10 +336,10 @@ def main() -> None:
             print(f"{a.images} images served by {srv.kind} on 127.0.0.1; load {os.getloadavg()[0]:.2f}")
             urls = [srv.url(f"img/{i:06d}.jpg") for i in range(a.images)]
             for rep in range(a.repeats):
+                decode_floor(files, clock, rep)
                 order = DECODERS if rep % 2 == 0 else DECODERS[::-1]
                 for decode in order:  # a fresh store each time: every object is fetched and written
                     with resized_jpeg_decoders(decode):
-                        decode_floor(files, decode, clock)
                         profile_phases(urls, decode, tmp / f"store-phases-{decode}-{rep}", clock)
                         kernels[decode].append(kernel(urls, decode, tmp / f"store-kernel-{decode}-{rep}"))
         finally:
