@@ -1,6 +1,5 @@
 """Would libjpeg-turbo's M/8 DCT scaling make a fast path for the JPEGs the media step decodes whole?
 
-    .venv/bin/pip install simplejpeg     # not a dependency of vlmforge: this measurement only
     .venv/bin/python benchmarks/bench_fast_decode.py --images 100
 
 Pillow's ``draft`` scales a JPEG's decode by 1/2, 1/4 or 1/8 only, so a JPEG shrunk by less than 2x (the
@@ -10,7 +9,9 @@ of three: the exact path (Pillow decode, DCT-scaled by ``draft`` where it can, t
 ``resize`` to the model's size) against the fast one (simplejpeg decode at the smallest M/8 scale still at
 least the model's size, then the same resize): CPU per image, each step alone, PSNR and the largest pixel
 error against the exact path. It also checks that simplejpeg decoding at Pillow's own draft scale gives
-Pillow's pixels exactly, and at what CPU. The corpus is ``bench_run.py``'s (made under ``--cache``).
+Pillow's pixels exactly, and at what CPU (the decode alone, best of three: the media step's own use of it,
+``tasks/media/jpeg_fast_decode``, is measured as it runs by ``bench_per_image.py``). The corpus is
+``bench_run.py``'s (made under ``--cache``).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def measure(files: list[bytes]) -> dict[str, list[float]]:
         img = Image.open(io.BytesIO(data))
         w, h = img.size
         t_h, t_w = geometry.stored_image_size(h, w)
-        if img.mode != "RGB" or w * h <= geometry.max_pixels:
+        if img.mode != "RGB" or w * h <= geometry.bounds.image_max_pixels:
             continue
         whole = w // t_w < 2 and h // t_h < 2  # draft leaves it at full size
         cls = "whole" if whole else "drafted"
@@ -144,10 +145,6 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "vlmforge-bench"))
     a = ap.parse_args()
-    try:
-        import simplejpeg  # noqa: F401
-    except ImportError:
-        sys.exit("needs simplejpeg: .venv/bin/pip install simplejpeg")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     root = bench_run.make_corpus(a.images, a.seed, Path(a.cache))
     files = [(root / "img" / f"{i:06d}.jpg").read_bytes() for i in range(a.images)]

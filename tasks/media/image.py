@@ -13,7 +13,8 @@ of the steps; each step's rules live in its own module:
    (``trainer_decode``: Pillow's full ``load()`` of the bytes written), but kept JPEGs, which are decoded
    with DCT scaling at 1/8 (every entropy-coded block is still decoded; a test shows the verdict equals a
    full decode's); big PNGs are decoded and resized in strips (``big_png``); JPEGs that are downsized anyway
-   are decoded with DCT scaling near the target; everything else is decoded whole;
+   are decoded with DCT scaling near the target (``jpeg_fast_decode``: by libjpeg-turbo through simplejpeg
+   where its pixels are Pillow's by construction, else by Pillow); everything else is decoded whole;
 4. keep the original (bytes after its end marker cut off), or normalise once (``colour``), resize with
    bicubic to exactly the model's size (``resize``) and encode deterministically (``encode``).
 """
@@ -34,6 +35,7 @@ from .decode import RetryRelaxed, classify_decode_error, full_decode, open_heade
 from .decode_budget import DecodeBudget
 from .encode import FMT_TO_EXT, EncodeFormat, ImageFormat, OutExt, choose_output, encode, is_lossless_webp
 from .formats import ACCEPTED_IMAGE_FORMATS
+from .jpeg_fast_decode import decode_resized_jpeg
 from .keep import KEEPABLE, can_keep, kept_bytes
 from .orient import ORIENT_OPS, displayed_size, pending_orientation
 from .png import PngLayout, metadata_png, png_layout
@@ -281,8 +283,8 @@ def _output(data: bytes, img: Image.Image, plan: _Plan, request: _Request, relax
         return _kept(data, img, plan, relaxed)
     if layout is not None and strips:
         return _strip_resized(data, img, layout, plan, request)
-    notes = _verify_decode(img, plan, relaxed)
-    return _reencoded(data, img, plan, request, notes)
+    decoded, notes = _verify_decode(data, img, plan, relaxed)
+    return _reencoded(data, decoded, plan, request, notes)
 
 
 def _reduced_path(plan: _Plan, strips: bool) -> str | None:
@@ -294,9 +296,12 @@ def _reduced_path(plan: _Plan, strips: bool) -> str | None:
     return None
 
 
-def _verify_decode(img: Image.Image, plan: _Plan, relaxed: bool) -> list[str]:
-    """Decode every pixel (the verification). JPEGs that will be downsized anyway are decoded with DCT
-    scaling near the target; kept ones at 1/8 scale (every entropy-coded block is still decoded, so truncation
+def _verify_decode(
+    data: bytes, img: Image.Image, plan: _Plan, relaxed: bool
+) -> tuple[Image.Image, list[str]]:
+    """Decode every pixel (the verification); the decoded image and its notes. JPEGs that will be downsized
+    anyway are decoded with DCT scaling near the target (``jpeg_fast_decode``: libjpeg-turbo where its pixels
+    are Pillow's); kept ones at 1/8 scale by Pillow (every entropy-coded block is still decoded, so truncation
     and corrupt data are found exactly as at full scale, at a third of the cost)."""
     notes: list[str] = []
     if plan.src_format in ("JPEG", "MPO") and (plan.needs_resize or plan.keep):
@@ -308,9 +313,10 @@ def _verify_decode(img: Image.Image, plan: _Plan, relaxed: bool) -> list[str]:
             )  # draft works in stored orientation
             if img.size != plan.stored:
                 notes.append("jpeg_draft_scaled")
+            return decode_resized_jpeg(data, img, relaxed), notes
     if not plan.decoded:
         full_decode(img, relaxed)
-    return notes
+    return img, notes
 
 
 def _icc_profile(img: Image.Image) -> bytes | None:
@@ -364,7 +370,7 @@ def _kept(data: bytes, img: Image.Image, plan: _Plan, relaxed: bool) -> ImageRes
     noted). The bytes written are decoded as the trainer decodes them (but JPEGs, see ``_DRAFT_VERIFIED``)."""
     out, notes = kept_bytes(plan.src_format, data)
     if plan.src_format in _DRAFT_VERIFIED:
-        _verify_decode(img, plan, relaxed)
+        _verify_decode(data, img, plan, relaxed)
     else:
         problem = image_problem(out)
         if problem is not None:
