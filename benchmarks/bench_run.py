@@ -492,6 +492,8 @@ def run_vlmforge(a: argparse.Namespace, release: Path, recipes: Path | None, wor
                 r["failures"]["read-back"] = s["validation"][:500]
     if r["rc"] != 0 or not runs:
         r["failures"]["run"] = f"exit {r['rc']}: {r['stderr'][-1500:]}"
+    if a.keep_out and out.is_dir():  # for `vlmforge stats` / `vlmforge query` afterwards
+        shutil.move(str(out), str(Path(a.keep_out) / out.name))
     shutil.rmtree(out, ignore_errors=True)
     return r
 
@@ -797,6 +799,7 @@ def main() -> None:
     ap.add_argument("--i2d-threads", type=int, default=16)
     ap.add_argument("--i2d-variant", action="store_true", help="also keep_ratio_largest + skip_reencode")
     ap.add_argument("--skip-i2d", action="store_true")
+    ap.add_argument("--keep-out", help="move each vlmforge OUT into this folder (for `vlmforge stats OUT`)")
     ap.add_argument(
         "--kernel", action="store_true", help="also vlmforge's media kernel alone (bench_fetch.py's batches)"
     )

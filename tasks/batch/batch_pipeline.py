@@ -34,7 +34,8 @@ def build_batch(
     with clock.timed("setup"):
         geometry = geometry_of(work.tokens, work.media)
         tokens = TokenStep(work.tokens, geometry, get_tokenizer(work.tokens))
-        media = MediaStep(entry, work, geometry, ContentStore(work.store), host_share)
+        store = ContentStore(work.store, sync_later=True)  # synced once, before the batch is marked complete
+        media = MediaStep(entry, work, geometry, store, host_share)
         data = _read_batch(entry, index)
     with clock.timed("parse"):
         items = _parse(data, entry, index, work)
@@ -53,6 +54,8 @@ def build_batch(
     fingerprint = batch_fingerprint(entry, index, work)
     if media.transient_failures:  # recorded, but not current: the next run retries the batch
         fingerprint += RETRY_SUFFIX
+    with clock.timed("write"):
+        store.sync_pending()  # every object the parts name is on disk before the part that marks them
     write_batch(layout, entry, index, fingerprint, parts, stats, clock)
     return stats
 
