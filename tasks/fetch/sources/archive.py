@@ -50,9 +50,7 @@ class Archive:
         for ref, v in located.items():
             try:
                 check_expanded(source.storage_options)
-                member = normalize_member(fill(source.member, v))
-                shards = source.shards.values() if source.shards else [None]
-                urls = [fill(source.url, v if s is None else v | {"shard": s}) for s in shards]
+                member, urls = _member_and_urls(source, v)
             except UnsetVariable as exc:
                 out[ref] = FetchError(SOURCE_ERROR, f"archive source skipped: {exc}")
                 continue
@@ -80,9 +78,7 @@ class Archive:
         out: dict[str, SizeAnswer] = {}
         for ref, v in located.items():
             try:
-                member = normalize_member(fill(source.member, v))
-                shards = source.shards.values() if source.shards else [None]
-                urls = [fill(source.url, v if s is None else v | {"shard": s}) for s in shards]
+                member, urls = _member_and_urls(source, v)
             except UnsetVariable as exc:
                 out[ref] = Miss(SOURCE_ERROR, f"archive source skipped: {exc}")
                 continue
@@ -144,3 +140,11 @@ class Archive:
             except FetchError as err:
                 return Miss(err.failure, err.detail)
         return ctx.streamed[url]
+
+
+def _member_and_urls(source: ArchiveSource, variables: dict[str, str]) -> tuple[str, list[str]]:
+    """The member a reference names, and the archive URLs that may hold it (one per shard); UnsetVariable
+    when the recipe reads a variable the reference does not give."""
+    member = normalize_member(fill(source.member, variables))
+    shards = source.shards.values() if source.shards else [None]
+    return member, [fill(source.url, variables if s is None else variables | {"shard": s}) for s in shards]
