@@ -73,6 +73,11 @@ MIX = ((6, 0.3e6), (3, 1.9e6), (1, 12e6))  # tenths of the corpus, pixels: 60% 0
 BASES_PER_TENTH = 10
 LINGER_S = 30.0
 SAMPLE_S = 0.2
+#: PSS is read every this many samples: it walks each process's page tables (smaps_rollup), which for Ray's
+#: processes cost the harness ~20 CPU-s of kernel time in a 70 s run when read every 0.2 s, CPU taken from the
+#: tool it measures on a 2-core machine (and more from the tool with more processes); RSS (statm) stays every
+#: sample
+PSS_EVERY = 5
 TIMELINE: Path | None = None  # --timeline DIR: every sample of every run, to find where a peak sits
 
 # --------------------------------------------------------------------------------------------- corpus
@@ -316,22 +321,26 @@ def measure(
     cpu_seen: dict[tuple[int, float], float] = {}
     timeline = []
     t0 = time.monotonic()
+    harness_cpu0 = sum(os.times()[:2])
+    n_samples = 0
     try:
         while wrapper.poll() is None:
             rss, pss, parts, each = 0, 0, dict[str, int](), list[tuple[str, int]]()
+            with_pss = n_samples % PSS_EVERY == 0
+            n_samples += 1
             try:
                 procs = me.children(recursive=True)
             except psutil.Error:
                 procs = []
             for p in procs + services_tree():
                 with contextlib.suppress(psutil.Error):
-                    mem = p.memory_full_info()  # smaps_rollup: rss and pss in one read
+                    mem = p.memory_full_info() if with_pss else p.memory_info()
                     t = p.cpu_times()
                     ident = (p.pid, p.create_time())
                     cpu_seen[ident] = t.user + t.system - before.get(ident, 0.0)
                     size = mem.rss
                     rss += size
-                    pss += mem.pss
+                    pss += getattr(mem, "pss", 0)
                     kind = process_kind(p)
                     parts[kind] = parts.get(kind, 0) + size
                     parts[f"{kind} #"] = parts.get(f"{kind} #", 0) + 1
@@ -343,7 +352,8 @@ def measure(
                 )
             if rss > peak:
                 peak, peak_parts = rss, parts
-            peak_pss = max(peak_pss, pss)
+            if with_pss:
+                peak_pss = max(peak_pss, pss)
             time.sleep(SAMPLE_S)
     except BaseException:
         for p in [*me.children(recursive=True), me]:
@@ -354,6 +364,7 @@ def measure(
     if TIMELINE:
         TIMELINE.mkdir(parents=True, exist_ok=True)
         (TIMELINE / f"{work.name}-{tag}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in timeline))
+    r["harness_cpu"] = sum(os.times()[:2]) - harness_cpu0
     r["cpu_rusage"] = r["cpu_user"] + r["cpu_sys"]
     r["cpu_sampled"] = sum(cpu_seen.values())
     r["cpu"] = max(r["cpu_rusage"], r["cpu_sampled"])
@@ -494,8 +505,19 @@ def run_vlmforge(a: argparse.Namespace, release: Path, recipes: Path | None, wor
         r["failures"]["run"] = f"exit {r['rc']}: {r['stderr'][-1500:]}"
     if a.keep_out and out.is_dir():  # for `vlmforge stats` / `vlmforge query` afterwards
         shutil.move(str(out), str(Path(a.keep_out) / out.name))
-    shutil.rmtree(out, ignore_errors=True)
+    set_aside(out)
     return r
+
+
+def set_aside(path: Path) -> None:
+    """Move a finished run's output out of the way; the work folder is removed once, after the last run.
+    Removing ~15,000 files between runs left the file system that many freed inodes, which ext4 (without a
+    journal, as here) skips for a minute on every file it makes: the next run paid for the previous one's
+    clean-up, and the tool that makes a file per object paid most."""
+    if path.exists():
+        aside = path.parent / "set-aside"
+        aside.mkdir(exist_ok=True)
+        path.rename(aside / f"{path.name}-{len(list(aside.iterdir()))}")
 
 
 def vlmforge_failures(out: str) -> dict[str, int]:
@@ -530,7 +552,7 @@ def run_kernel(a: argparse.Namespace, url_file: Path, work: Path, tag: str) -> d
         r["ok"], r["lines"] = counts["ok"], counts["ok"] + counts["failed"]
     except (IndexError, ValueError, KeyError):
         r["failures"]["run"] = f"exit {r['rc']}: {r['stderr'][-1500:]}"
-    shutil.rmtree(store, ignore_errors=True)
+    set_aside(store)
     return r
 
 
@@ -560,7 +582,7 @@ def run_i2d(a: argparse.Namespace, url_file: Path, work: Path, tag: str, variant
     r["lines"] = count
     if r["rc"] != 0:
         r["failures"]["run"] = f"exit {r['rc']}: {r['stderr'][-1500:]}"
-    shutil.rmtree(out, ignore_errors=True)
+    set_aside(out)
     return r
 
 
@@ -588,6 +610,7 @@ def print_rep(size: str, tool: str, rep: int, r: dict, unit: str) -> None:
         if not k.endswith("#") and v >= 20e6
     )
     print(f"  at the peak (GB): {parts}", flush=True)
+    print(f"  the harness's own sampling: {r['harness_cpu']:.1f} CPU-s (not counted in the tool's)", flush=True)
     if r["failures"]:
         print(
             f"  FAILURES ({tool}, {size} {unit}, rep {rep}): {json.dumps(r['failures'])[:3000]}", flush=True

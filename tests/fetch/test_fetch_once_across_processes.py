@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import random
+import threading
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
@@ -83,14 +84,33 @@ def test_two_processes_fetch_one_object_once(tmp_path: Path) -> None:
         assert (first_answer[2], second_answer[2]) == (False, True)  # the second found it in the store
         assert len(srv.requests("/m/a.jpg")) == 1 and srv.completed("/m/a.jpg") == 1
     assert (store / first_answer[1][:2] / first_answer[1]).read_bytes() == body
-    assert not any((store / ".locks").iterdir()), "lock files are removed by their holder"
+    assert [p.name for p in (store / ".locks").iterdir()] == ["names"], "one lock file, not one per object"
 
 
-def test_a_lock_on_a_removed_file_is_taken_again(tmp_path: Path) -> None:
-    """The lock file is removed by its holder; the name locks again at once and leaves nothing behind."""
+def test_the_lock_excludes_threads_of_one_process_by_name(tmp_path: Path) -> None:
+    """Threads of one process wait on a name another thread holds (each call opens the lock file itself),
+    never on another name, and the store keeps one lock file whatever the number of names."""
     cs = ContentStore(str(tmp_path / "store"))
+    waited: list[str] = []
+    inner_done = threading.Event()
+
+    def contender(name: str) -> None:
+        with cs.lock(name, on_wait=lambda: waited.append(name)):
+            pass
+
     with cs.lock("object:x"):
-        assert len(list(Path(cs.locks_dir()).iterdir())) == 1
-    with cs.lock("object:x"):
-        pass
-    assert not any(Path(cs.locks_dir()).iterdir())
+        other = threading.Thread(target=contender, args=("object:y",))
+        other.start()
+        other.join(60)
+        assert not other.is_alive() and waited == [], "another name does not wait"
+        same = threading.Thread(target=lambda: (contender("object:x"), inner_done.set()))
+        same.start()
+        while not waited:  # the contender reports its wait before it blocks
+            same.join(0.01)
+        assert waited == ["object:x"] and not inner_done.is_set(), "the same name waits for its holder"
+    same.join(60)
+    assert inner_done.is_set(), "released when the holder leaves"
+    for i in range(50):
+        with cs.lock(f"object:{i}"):
+            pass
+    assert [p.name for p in Path(cs.locks_dir()).iterdir()] == ["names"]
