@@ -48,10 +48,13 @@ def pytest_configure(config: pytest.Config) -> None:
         _refuse_services()
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``make test``: ``-n 2 --dist loadgroup``) a module's tests stay on one worker, so
     its module fixtures (a reference run, a cluster) are made once; the Megatron-Bridge tests share one
-    group, as they share the session's Bridge runs and probe (``bridge_probed``)."""
+    group, as they share the session's Bridge runs and probe (``bridge_probed``). First among the hooks:
+    xdist's worker reads the groups in its own hook, and one that ran before this saw none (every test its
+    own group: the Bridge probe, ~110 s, was made on both workers)."""
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             path = Path(str(item.fspath))
