@@ -54,12 +54,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     its module fixtures (a reference run, a cluster) are made once; the Megatron-Bridge tests share one
     group, as they share the session's Bridge runs and probe (``bridge_probed``). First among the hooks:
     xdist's worker reads the groups in its own hook, and one that ran before this saw none (every test its
-    own group: the Bridge probe, ~110 s, was made on both workers)."""
+    own group: the Bridge probe, ~110 s, was made on both workers).
+
+    Groups holding a ``slow`` test run first, the quick ones after: xdist hands out groups in collection
+    order, so a long group (a Ray cluster, the Bridge probe) collected last kept one worker busy minutes after
+    the other had run out of work; quick groups fill that tail instead."""
+    groups: dict[int, str] = {}
     for item in items:
-        if item.get_closest_marker("xdist_group") is None:
+        mark = item.get_closest_marker("xdist_group")
+        if mark is None:
             path = Path(str(item.fspath))
             group = "training" if path.parent.name == "training" else str(path)
             item.add_marker(pytest.mark.xdist_group(group))
+        else:
+            group = str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+        groups[id(item)] = group
+    slow = {groups[id(item)] for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: groups[id(item)] not in slow)  # stable: each group keeps its order
 
 
 def _refuse_services() -> None:
