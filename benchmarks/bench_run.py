@@ -27,11 +27,12 @@ waited for (processes still alive 30 s after the command exits are killed and re
 whose parent lets the kernel reap it is missing there (Ray's workers are: on 1,000 images that sum said 21
 CPU-s of 65), so the CPU of each process is also sampled while it lives (the last 0.2 s of a process may be
 missed) and the larger of the two sums is reported. The peak RSS is the largest sum of RSS over all the
-wrapper's descendants, sampled every 0.2 s (shared pages are counted in each process, as
-``ps`` does); beside it the peak PSS of the tree, where a page shared by several processes (forked workers,
-Ray's shared-memory object store, mapped libraries) is split among them, so it sums to what the tree really
-holds. What is timed is checked: vlmforge's run record (``OUT/runs/*.json``) must say N ok and the
-subset published, img2dataset's ``*_stats.json`` N successes; failures are printed with their reasons.
+wrapper's descendants, sampled every 0.2 s (shared pages are counted in each process, as ``ps`` does);
+beside it the peak PSS of the tree (read every 1 s: ``PSS_EVERY``), where a page shared by several processes
+(forked workers, Ray's shared-memory object store, mapped libraries) is split among them, so it sums to what
+the tree really holds. What is timed is checked: vlmforge's run record (``OUT/runs/*.json``) must say N ok
+and the subset published, img2dataset's ``*_stats.json`` N successes; failures are printed with their
+reasons.
 
 Corpus (made once, cached under ``--cache``): image i is ~0.3 MP for i % 10 < 6, ~1.9 MP for 6..8 and ~12 MP
 for 9 (60/30/10%), cut from scikit-image's photos with a little noise, every file unique (a JPEG comment),
@@ -75,8 +76,8 @@ LINGER_S = 30.0
 SAMPLE_S = 0.2
 #: PSS is read every this many samples: it walks each process's page tables (smaps_rollup), which for Ray's
 #: processes cost the harness ~20 CPU-s of kernel time in a 70 s run when read every 0.2 s, CPU taken from the
-#: tool it measures on a 2-core machine (and more from the tool with more processes); RSS (statm) stays every
-#: sample
+#: tool it measures on a 2-core machine (and more from the tool with more processes); RSS (statm) is read
+#: every sample
 PSS_EVERY = 5
 TIMELINE: Path | None = None  # --timeline DIR: every sample of every run, to find where a peak sits
 
@@ -610,7 +611,9 @@ def print_rep(size: str, tool: str, rep: int, r: dict, unit: str) -> None:
         if not k.endswith("#") and v >= 20e6
     )
     print(f"  at the peak (GB): {parts}", flush=True)
-    print(f"  the harness's own sampling: {r['harness_cpu']:.1f} CPU-s (not counted in the tool's)", flush=True)
+    print(
+        f"  the harness's own sampling: {r['harness_cpu']:.1f} CPU-s (not counted in the tool's)", flush=True
+    )
     if r["failures"]:
         print(
             f"  FAILURES ({tool}, {size} {unit}, rep {rep}): {json.dumps(r['failures'])[:3000]}", flush=True
