@@ -6,10 +6,10 @@ import io
 import json
 import math
 import os
+import re
 import struct
 import subprocess
 import sys
-import time
 import wave
 import zlib
 from collections.abc import Callable
@@ -515,10 +515,10 @@ def test_real_non_srgb_icc_converted_on_reencode() -> None:
 
 
 @needs_real
-def test_real_bomb_rejected_fast() -> None:
-    t0 = time.perf_counter()
-    assert_rejected(run(real("decompression_bomb.ico")), "decompression_bomb")
-    assert time.perf_counter() - t0 < 0.5
+def test_real_bomb_rejected_from_its_header() -> None:
+    r = run(real("decompression_bomb.ico"))
+    assert_rejected(r, "decompression_bomb")
+    assert "4294836225 pixels" in (r.detail or "")  # the header's claim: refused before any pixel is decoded
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -1011,13 +1011,15 @@ def test_video_with_absurd_dimensions_refused_from_header() -> None:
 
 
 def test_video_that_decodes_past_the_time_limit_is_cut_off() -> None:
-    data = long_video()
-    t0 = time.perf_counter()
-    r = probe_video(data, choose_frames=lambda n, fps: [n - 1], timeout_s=0.1)
-    elapsed = time.perf_counter() - t0
+    """The limit holds wherever it lands: inside libav's reads or between frames (which of the two depends on
+    the machine's load, so the test accepts both), and the decode stops short of the 600 frames."""
+    r = probe_video(long_video(), choose_frames=lambda n, fps: [n - 1], timeout_s=0.1)
     assert (r.status, r.reason) == ("rejected", "video_timeout"), r
-    assert r.frames == 600 and "timeout after decoding" in (r.detail or "")
-    assert elapsed < 1.5  # decoding all 600 frames takes seconds on this machine
+    assert r.frames == 600, r
+    cut = re.fullmatch(r"VideoTimeout: timeout after decoding (\d+) frames", r.detail or "")
+    assert r.detail == "VideoTimeout: wall-clock timeout while reading" or (
+        cut and int(cut.group(1)) < 600
+    ), r
 
 
 @needs_real
