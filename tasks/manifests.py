@@ -98,6 +98,15 @@ def to_table(rows: Iterable[Row], schema: pa.Schema) -> pa.Table:
     return pa.Table.from_pylist([_columns(r, names, known) for r in rows], schema=schema)
 
 
+def write_parquet(fs: Any, path: str, tbl: pa.Table) -> str:
+    """Atomically write ``tbl`` as one zstd Parquet file at ``path``; returns the path. Every manifest
+    part, the subsets, runs, plan and estimates tables are written through it."""
+    buf = io.BytesIO()
+    pq.write_table(tbl, buf, compression="zstd")
+    atomic_write_bytes(fs, path, buf.getvalue())
+    return path
+
+
 def write_part(
     layout: OutputLayout,
     table: str,
@@ -134,11 +143,7 @@ def write_part_table(
     if stats is not None:
         meta[STATS_KEY] = json.dumps(dict(stats), sort_keys=True).encode()
     tbl = tbl.replace_schema_metadata(meta or None)
-    buf = io.BytesIO()
-    pq.write_table(tbl, buf, compression="zstd")
-    path = layout.part(table, subset, index)
-    atomic_write_bytes(layout.fs, path, buf.getvalue())
-    return path
+    return write_parquet(layout.fs, layout.part(table, subset, index), tbl)
 
 
 def write_records_part(
@@ -148,11 +153,9 @@ def write_records_part(
     tbl = pa.table(
         {"line": pa.array([r[0] for r in records], pa.int64()), "record": pa.array([r[1] for r in records])}
     ).replace_schema_metadata({FINGERPRINT_KEY: fingerprint.encode()})
-    buf = io.BytesIO()
-    pq.write_table(tbl, buf, compression="zstd")
-    path = f"{layout.manifests}/records/subset={subset}/part-{index:05d}.parquet"
-    atomic_write_bytes(layout.fs, path, buf.getvalue())
-    return path
+    return write_parquet(
+        layout.fs, f"{layout.manifests}/records/subset={subset}/part-{index:05d}.parquet", tbl
+    )
 
 
 def part_metadata(layout: OutputLayout, path: str) -> dict[bytes, bytes] | None:

@@ -31,8 +31,8 @@ from ...schemas.config import ExecutionOptions, RunConfig
 from ...schemas.option_values import comma_list
 from ...schemas.records import SubsetEntry
 from ...schemas.tables import CATALOG_FIELDS, SUBSETS
-from ..manifests import OutputLayout
-from ..storage import atomic_write_bytes, is_local
+from ..manifests import OutputLayout, write_parquet
+from ..storage import is_local
 
 # Columns of the ``subsets`` manifest that describe the upstream (compared by a refresh).
 _WATCHED = ("readme_sha256", "license", "jsonl_sha256", "media_recipe_sha256", "media_tars")
@@ -90,15 +90,9 @@ def subsets_schema() -> pa.Schema:
 
 def write_subsets_row(layout: OutputLayout, row: Mapping[str, Any]) -> str:
     """Atomically write a subset's one-row ``subsets`` part with the catalog columns included."""
-    import io
-
     schema = subsets_schema()
     table = pa.Table.from_pylist([{k: row.get(k) for k in schema.names}], schema=schema)
-    buf = io.BytesIO()
-    pq.write_table(table, buf, compression="zstd")
-    path = layout.part("subsets", str(row["subset"]), 0)
-    atomic_write_bytes(layout.fs, path, buf.getvalue())
-    return path
+    return write_parquet(layout.fs, layout.part("subsets", str(row["subset"]), 0), table)
 
 
 def read_previous_catalog(layout: OutputLayout) -> dict[str, dict[str, Any]]:

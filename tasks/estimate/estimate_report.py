@@ -50,14 +50,7 @@ def estimate_table(rows: list[EstimateRow], title: str) -> Table:
     """Subsets then the total; 9 narrow columns (80 columns): objects after de-duplication, those in the
     store, bytes (± the sample's 95% interval), transfer still to do, store and shard disk, hours and the
     bottleneck."""
-    t = Table(
-        title=title,
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        padding=(0, 1),
-        collapse_padding=True,
-    )
+    t = _narrow_table(title)
     for col in ("subset", "refs", "objects", "stored", "bytes", "fetch", "store", "shards", "hours"):
         t.add_column(col, justify="left" if col == "subset" else "right", overflow="fold", max_width=24)
     for r in rows:
@@ -74,6 +67,18 @@ def estimate_table(rows: list[EstimateRow], title: str) -> Table:
             f"{human_hours(r.hours)} {r.bottleneck}",
         )
     return t
+
+
+def _narrow_table(title: str) -> Table:
+    """The estimate's tables' style: left title, one header rule, no edge padding (fits 80 columns)."""
+    return Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+    )
 
 
 def footnotes(rows: list[EstimateRow]) -> list[str]:
@@ -99,14 +104,7 @@ def footnotes(rows: list[EstimateRow]) -> list[str]:
 def versus_table(versus: list[Versus]) -> Table:
     """The estimate made before the latest run beside what the runs took (objects, bytes, disk)."""
     first = versus[0].estimate["estimate_id"] if versus else "?"
-    t = Table(
-        title=f"estimate {first} vs actual",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        padding=(0, 1),
-        collapse_padding=True,
-    )
+    t = _narrow_table(f"estimate {first} vs actual")
     for col in ("subset", "objects", "actual", "bytes", "actual", "err", "disk", "actual", "err"):
         t.add_column(col, justify="left" if col == "subset" else "right", max_width=24, overflow="fold")
     for v in versus:

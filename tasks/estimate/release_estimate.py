@@ -9,7 +9,6 @@ manifest table under OUT when an output folder is given.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import time
@@ -23,8 +22,8 @@ from ...schemas.recipes import Recipe
 from ..catalog import catalog_release, check_ready, find_recipe
 from ..fetch import DEFAULT_PROBE_SAMPLE, SizingContext, bind_environment
 from ..http import HttpClient, HttpOptions
-from ..manifests import OutputLayout
-from ..storage import ContentStore, atomic_write_bytes
+from ..manifests import OutputLayout, write_parquet
+from ..storage import ContentStore
 from .disk import DEFAULT, DiskRatios, previous_ratios, sampled_ratios
 from .hours import Rates, measured_rates, parse_bandwidth
 from .references import subset_references
@@ -184,15 +183,11 @@ def write_estimates(out: str, estimate_id: str, rows: list[EstimateRow]) -> list
     """One ``estimates`` part per subset for this estimate (``part-<id>.parquet``, atomically): the table
     keeps every estimate, so a later report can set an estimate made before a run beside what it took."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     layout = OutputLayout(out)
     paths = []
     for row in rows:
         table = pa.Table.from_pylist([asdict(row)], schema=ESTIMATES)
-        buf = io.BytesIO()
-        pq.write_table(table, buf, compression="zstd")
         path = f"{layout.table_dir('estimates', row.subset)}/part-{estimate_id}.parquet"
-        atomic_write_bytes(layout.fs, path, buf.getvalue())
-        paths.append(path)
+        paths.append(write_parquet(layout.fs, path, table))
     return paths

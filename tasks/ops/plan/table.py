@@ -4,15 +4,12 @@ pack order."""
 
 from __future__ import annotations
 
-import io
-
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ....schemas.tables import PLAN
-from ...manifests import OutputLayout
-from ...storage import atomic_write_bytes
+from ...manifests import OutputLayout, write_parquet
 
 __all__ = ["pack_order", "read_plan", "write_plan"]
 
@@ -28,11 +25,8 @@ def write_plan(out: str, table: pa.Table, seq_len: int, pad_multiple: int, scope
     for subset in subsets:
         part = table.filter(pc.equal(table["subset"], subset))
         part = part.sort_by([("pack", "ascending"), ("pack_index", "ascending")])
-        buf = io.BytesIO()
-        pq.write_table(part.replace_schema_metadata({_META_KEY: meta}), buf, compression="zstd")
         path = layout.part("plan", subset, 0)
-        atomic_write_bytes(layout.fs, path, buf.getvalue())
-        paths.append(path)
+        paths.append(write_parquet(layout.fs, path, part.replace_schema_metadata({_META_KEY: meta})))
     for stale in set(layout.subsets_with("plan")) - set(subsets):
         for p in layout.parts("plan", stale):
             layout.fs.rm(p)

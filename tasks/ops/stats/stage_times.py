@@ -6,13 +6,11 @@ stats report shows the latest run's rows.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...manifests import OutputLayout
-from ...storage import atomic_write_bytes
+from ...manifests import OutputLayout, write_parquet
 
 __all__ = [
     "RUN_WIDE",
@@ -69,7 +67,6 @@ def write_stage_times(
     """Write one ``runs`` part per subset for run ``run_id``
     (``manifests/runs/subset=<s>/part-<run>.parquet``, atomically); returns the paths."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from ....schemas.tables import RUNS
 
@@ -80,11 +77,9 @@ def write_stage_times(
     paths = []
     for subset, rows in sorted(by_subset.items()):
         table = pa.Table.from_pylist(rows, schema=RUNS)
-        buf = io.BytesIO()
-        pq.write_table(table, buf, compression="zstd")
-        path = f"{layout.table_dir('runs', subset)}/part-{run_id}.parquet"
-        atomic_write_bytes(layout.fs, path, buf.getvalue())
-        paths.append(path)
+        paths.append(
+            write_parquet(layout.fs, f"{layout.table_dir('runs', subset)}/part-{run_id}.parquet", table)
+        )
     return paths
 
 
@@ -94,17 +89,13 @@ def write_outside_time(out: str, run_id: str, seconds: float, cores: int) -> str
     process that ran the flow (``vlmforge run``) once it has ended, as a part of its own
     (``subset=_run/part-<run>-process.parquet``). The estimate's start-up (tasks/estimate/hours.py)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from ....schemas.tables import RUNS
 
     layout = OutputLayout(out)
     row = StageTime(RUN_WIDE, "startup", seconds, cores, "cores").row(run_id, None, None)
-    buf = io.BytesIO()
-    pq.write_table(pa.Table.from_pylist([row], schema=RUNS), buf, compression="zstd")
     path = f"{layout.table_dir('runs', RUN_WIDE)}/part-{run_id}-process.parquet"
-    atomic_write_bytes(layout.fs, path, buf.getvalue())
-    return path
+    return write_parquet(layout.fs, path, pa.Table.from_pylist([row], schema=RUNS))
 
 
 def batch_stage_times(subset: str, stats: Any) -> list[StageTime]:
